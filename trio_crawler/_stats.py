@@ -1,0 +1,88 @@
+"""The contract's record, FetchStatistic, and the report's counters.
+
+One FetchStatistic is made per URL that finished, fetched or given up on. Its nine field
+names are the chapter's and are part of the public contract (the CLI writes them as JSON
+Lines; scripts read them), so the dataclass is frozen and its field order fixed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchStatistic:
+    """What happened to one URL.
+
+    Attributes:
+        url: The URL fetched (absolute, no fragment).
+        next_url: The absolute redirect target for a redirect, else None.
+        status: The HTTP status code, or None when every try failed.
+        exception: None, or ``"ExceptionClassName: message"`` for the last error.
+        size: Body bytes after Content-Encoding is undone (0 for redirects and failures).
+        content_type: The media type without parameters for status 200, else None.
+        encoding: For status 200, the charset used to decode the page, else None.
+        num_urls: Distinct in-scope links on the page.
+        num_new_urls: Of those, how many had not been seen before this page.
+    """
+
+    url: str
+    next_url: str | None = None
+    status: int | None = None
+    exception: str | None = None
+    size: int = 0
+    content_type: str | None = None
+    encoding: str | None = None
+    num_urls: int = 0
+    num_new_urls: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON object of the contract, keys in contract order."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def to_json(self) -> str:
+        """One line of JSON, no trailing newline."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(", ", ": "))
+
+    @property
+    def kind(self) -> str:
+        """The chapter's classification: ``fail``, ``redirect``, ``html``, ``other`` or ``error``."""
+        if self.exception is not None:
+            return "fail"
+        if self.next_url is not None:
+            return "redirect"
+        if self.content_type == "text/html":
+            return "html"
+        if self.status == 200:
+            return "other"
+        return "error"
+
+
+def exception_name(exception: str) -> str:
+    """The class name from a record's ``exception`` string."""
+    return exception.split(":", 1)[0]
+
+
+def count_records(records: Iterable[FetchStatistic]) -> Counter[str]:
+    """The chapter's counters for a set of records.
+
+    Only counters that were counted appear, as in the chapter, so a Counter (which keeps no
+    zero entries from ``+=``) is the natural container.
+    """
+    counters: Counter[str] = Counter()
+    for stat in records:
+        kind = stat.kind
+        counters[kind] += 1
+        if kind == "fail":
+            assert stat.exception is not None
+            counters[f"fail_{exception_name(stat.exception)}"] += 1
+        elif kind in ("html", "other", "error"):
+            counters[f"{kind}_bytes"] += stat.size
+            if kind == "error":
+                counters[f"status_{stat.status}"] += 1
+    return counters

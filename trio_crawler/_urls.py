@@ -87,7 +87,7 @@ def _normalize_netloc(parts: SplitResult, scheme: str) -> str | None:
             host_text = host.encode("idna").decode("ascii")
         except UnicodeError:
             return None
-        if not host_text or any(char in host_text for char in " <>\"\\^`{|}"):
+        if not host_text or any(char in host_text for char in " %<>\"\\^`{|}"):
             return None
     netloc = host_text
     if port is not None and port != _DEFAULT_PORTS[scheme]:

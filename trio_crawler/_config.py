@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._urls import Scope, normalize_root
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 # The chapter's defaults (crawl.py), except max_tasks, which the chapter's Crawler class also
 # defaults to 10 while its command line defaults to 100; the CLI keeps that split.

@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +53,7 @@ class FetchStatistic:
 
     @property
     def kind(self) -> str:
-        """The chapter's classification: ``fail``, ``redirect``, ``html``, ``other`` or ``error``."""
+        """The chapter's class of record: ``fail``, ``redirect``, ``html``, ``other``, ``error``."""
         if self.exception is not None:
             return "fail"
         if self.next_url is not None:

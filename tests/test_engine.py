@@ -1,0 +1,430 @@
+"""The Trio engine against a real HTTP server on 127.0.0.1: the chapter's test suite and more.
+
+Every test runs under Trio's MockClock with autojump (pytest-trio's ``autojump_clock``,
+which pytest-trio only installs for a test that takes it as an argument), so
+a slow page or a timeout costs no real time, and ``trio.fail_after`` turns a hang into a
+failure. The server runs in the test's own task group, in the same Trio run as the crawler.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import httpx
+import pytest
+import trio
+from trio.testing import MockClock
+
+from httpserver import Reply, Request, TestServer, open_test_server
+from trio_crawler import Crawler, FetchStatistic
+
+pytestmark = pytest.mark.trio
+
+HANG_LIMIT = 60  # virtual seconds; a crawl that needs more is hung
+
+
+def page(*hrefs: str, extra: str = "") -> Reply:
+    links = "".join(f'<a href="{href}">{href}</a>\n' for href in hrefs)
+    return Reply.html(f"<html><body>{links}{extra}</body></html>")
+
+
+async def crawl(roots: list[str] | str, **options: object) -> Crawler:
+    crawler = Crawler([roots] if isinstance(roots, str) else roots, **options)  # type: ignore[arg-type]
+    with trio.fail_after(HANG_LIMIT):
+        await crawler.crawl()
+    return crawler
+
+
+def by_url(crawler: Crawler) -> dict[str, FetchStatistic]:
+    records = {stat.url: stat for stat in crawler.done}
+    assert len(records) == len(crawler.done), "a URL was recorded twice"
+    return records
+
+
+async def test_link_to_a_404(autojump_clock: MockClock) -> None:
+    async with open_test_server({"/": page("/missing")}) as server:
+        crawler = await crawl(server.url("/"))
+    records = by_url(crawler)
+    assert set(records) == {server.url("/"), server.url("/missing")}
+    assert records[server.url("/missing")].status == 404
+    assert records[server.url("/")].num_urls == 1
+    assert crawler.finish_reason == "finished"
+
+
+async def test_link_cycle_fetches_each_page_once(autojump_clock: MockClock) -> None:
+    routes = {"/": page("/a"), "/a": page("/b"), "/b": page("/a", "/")}
+    async with open_test_server(routes) as server:
+        crawler = await crawl(server.url())
+    assert server.hits == {"/": 1, "/a": 1, "/b": 1}
+    assert len(crawler.done) == 3
+    assert crawler.seen_urls == {server.url(p) for p in ("/", "/a", "/b")}
+
+
+async def test_prohibited_host_is_not_fetched(autojump_clock: MockClock) -> None:
+    async with open_test_server() as server:
+        other = f"http://127.0.0.2:{server.port}/"  # another host on the same loopback
+        server.route("/", page(other, "/ok"))
+        crawler = await crawl(server.url())
+    assert set(by_url(crawler)) == {server.url("/"), server.url("/ok")}
+    assert other not in crawler.seen_urls
+    assert by_url(crawler)[server.url("/")].num_urls == 1
+
+
+async def test_exclude_skips_matching_links_but_not_roots(autojump_clock: MockClock) -> None:
+    routes = {"/skip/root": page("/skip/a", "/keep"), "/keep": page()}
+    async with open_test_server(routes) as server:
+        crawler = await crawl(server.url("/skip/root"), exclude="/skip/")
+    assert set(by_url(crawler)) == {server.url("/skip/root"), server.url("/keep")}
+
+
+async def test_several_roots_and_a_deep_root_with_a_fragment(autojump_clock: MockClock) -> None:
+    async with open_test_server({"/deep/page": page("/")}) as first:
+        async with open_test_server({"/": page("/x")}) as second:
+            roots = [first.url("/deep/page#frag"), second.url("/"), first.url("/deep/page")]
+            crawler = await crawl(roots)
+    assert crawler.roots == (first.url("/deep/page"), second.url("/"))
+    # The port is not part of host matching (as in the chapter): both servers are in scope.
+    assert set(by_url(crawler)) == {
+        first.url("/deep/page"),
+        first.url("/"),
+        second.url("/"),
+        second.url("/x"),
+    }
+
+
+async def test_redirect_chain_within_the_limit(autojump_clock: MockClock) -> None:
+    routes = {
+        "/": Reply.redirect("/r1", status=301),
+        "/r1": Reply.redirect("r2", status=302),  # relative Location
+        "/r2": Reply.redirect("/r3", status=303),
+        "/r3": Reply.redirect("/r4", status=307),
+        "/r4": Reply.redirect("/end#frag", status=308),
+        "/end": page(),
+    }
+    async with open_test_server(routes) as server:
+        crawler = await crawl(server.url(), max_redirect=5)
+    records = by_url(crawler)
+    assert [records[server.url(p)].status for p in ("/", "/r1", "/r2", "/r3", "/r4", "/end")] == [
+        301,
+        302,
+        303,
+        307,
+        308,
+        200,
+    ]
+    assert records[server.url("/r1")].next_url == server.url("/r2")
+    assert records[server.url("/r4")].next_url == server.url("/end")
+    assert all(stat.size == 0 for stat in crawler.done if stat.next_url)
+
+
+async def test_redirect_limit_reached(
+    autojump_clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    routes = {"/": Reply.redirect("/r1"), "/r1": Reply.redirect("/r2"), "/r2": page()}
+    async with open_test_server(routes) as server:
+        with caplog.at_level(logging.WARNING, logger="trio_crawler"):
+            crawler = await crawl(server.url(), max_redirect=1)
+    assert set(by_url(crawler)) == {server.url("/"), server.url("/r1")}
+    assert "/r2" not in server.hits
+    assert "redirect limit reached" in caplog.text
+
+
+async def test_redirect_cycle_fetches_each_url_once(autojump_clock: MockClock) -> None:
+    routes = {"/": Reply.redirect("/a"), "/a": Reply.redirect("/")}
+    async with open_test_server(routes) as server:
+        crawler = await crawl(server.url())
+    assert server.hits == {"/": 1, "/a": 1}
+    assert len(crawler.done) == 2
+
+
+async def test_redirects_that_join_fetch_the_target_once(autojump_clock: MockClock) -> None:
+    routes = {
+        "/": page("/foo", "/bar"),
+        "/foo": Reply.redirect("/baz"),
+        "/bar": Reply.redirect("/baz"),
+        "/baz": page(),
+    }
+    async with open_test_server(routes) as server:
+        crawler = await crawl(server.url())
+    assert server.hits["/baz"] == 1
+    assert len(crawler.done) == 4
+
+
+async def test_off_scope_redirect_target_is_recorded_not_followed(
+    autojump_clock: MockClock,
+) -> None:
+    async with open_test_server() as server:
+        outside = f"http://127.0.0.2:{server.port}/"
+        server.route("/", Reply.redirect(outside))
+        crawler = await crawl(server.url())
+    assert crawler.done == [FetchStatistic(url=server.url(), next_url=outside, status=302)]
+    assert outside not in crawler.seen_urls
+
+
+async def test_max_tasks_is_the_concurrency_the_server_sees(autojump_clock: MockClock) -> None:
+    async def slow(request: Request) -> Reply:
+        await trio.sleep(1)
+        return page()
+
+    async with open_test_server() as server:
+        server.route("/", page(*(f"/p{i}" for i in range(30))))
+        server.fallback(slow)
+        crawler = await crawl(server.url(), max_tasks=7)
+    assert server.max_in_flight == 7
+    assert len(crawler.done) == 31
+
+
+@pytest.mark.parametrize("max_tries", [2, 4])
+async def test_dropped_connections_succeed_on_a_later_try(
+    autojump_clock: MockClock, max_tries: int
+) -> None:
+    async with open_test_server({"/": page()}) as server:
+        server.drop_first("/", max_tries - 1)
+        crawler = await crawl(server.url(), max_tries=max_tries)
+    assert server.hits["/"] == max_tries
+    assert crawler.done == [by_url(crawler)[server.url()]]
+    assert crawler.done[0].status == 200
+
+
+async def test_max_tries_1_records_the_network_error(
+    autojump_clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with open_test_server({"/": page()}) as server:
+        server.drop_first("/", 1)
+        with caplog.at_level(logging.INFO, logger="trio_crawler"):
+            crawler = await crawl(server.url(), max_tries=1)
+    [record] = crawler.done
+    assert record.status is None
+    assert record.exception is not None
+    assert record.exception.startswith("RemoteProtocolError")
+    assert f"try 1 for {server.url()} raised RemoteProtocolError" in caplog.text
+    assert "failed after 1 tries" in caplog.text
+
+
+async def test_connection_refused_is_a_failure_record(autojump_clock: MockClock) -> None:
+    async with open_test_server() as server:
+        dead = server.url()
+    crawler = await crawl(dead, max_tries=2)
+    [record] = crawler.done
+    assert record.status is None
+    assert record.exception is not None
+    assert record.exception.startswith("ConnectError")
+
+
+@pytest.mark.parametrize(
+    ("content_type", "encoding"),
+    [
+        ("text/html; charset=", "utf-8"),
+        ("text/html; charset=utf-8", "utf-8"),
+        ("text/html; charset=ascii", "ascii"),
+        ("text/html; charset=bogus-charset", "utf-8"),
+        ("text/html", "utf-8"),
+    ],
+)
+async def test_charset(autojump_clock: MockClock, content_type: str, encoding: str) -> None:
+    reply = Reply(headers=[("content-type", content_type)], body=b'<a href="/x">x</a>')
+    async with open_test_server({"/": reply}) as server:
+        crawler = await crawl(server.url())
+    root = by_url(crawler)[server.url()]
+    assert (root.content_type, root.encoding, root.num_urls) == ("text/html", encoding, 1)
+
+
+async def test_meta_charset_decodes_the_page(autojump_clock: MockClock) -> None:
+    body = '<meta charset="windows-1251"><a href="/ж">ж</a>'.encode("cp1251")
+    async with open_test_server(
+        {"/": Reply(headers=[("content-type", "text/html")], body=body)}
+    ) as server:
+        crawler = await crawl(server.url())
+    records = by_url(crawler)
+    assert records[server.url()].encoding == "windows-1251"
+    assert server.url("/%D0%B6") in records
+
+
+@pytest.mark.parametrize(
+    ("content_type", "parsed"),
+    [
+        ("application/xml", True),
+        ("text/xml", True),
+        ("application/xhtml+xml", True),
+        ("image/png", False),
+        ("application/x-odd-type", False),
+        ("text/plain", False),
+    ],
+)
+async def test_which_content_types_are_parsed(
+    autojump_clock: MockClock, content_type: str, parsed: bool
+) -> None:
+    body = b'<root><link href="/linked"/><a href="/a">a</a></root>'
+    routes = {"/": Reply(headers=[("content-type", content_type)], body=body)}
+    async with open_test_server(routes) as server:
+        crawler = await crawl(server.url())
+    root = by_url(crawler)[server.url()]
+    assert root.content_type == content_type
+    assert root.size == len(body)
+    assert ("/linked" in server.hits) is parsed
+    assert len(crawler.done) == (3 if parsed else 1)
+
+
+async def test_links_from_a_area_link_base_and_entities(autojump_clock: MockClock) -> None:
+    html = """<html><head><base href="/base/"><link rel="next" href="next"></head>
+    <body><a href="a?x=1&amp;y=2#frag">a</a>
+    <map><area href="/area" shape="rect" coords="0,0,1,1"></map>
+    <a href="mailto:me@example.com">m</a><a href="javascript:void(0)">j</a>
+    <a href="ftp://127.0.0.1/f">f</a><img src="/img.png"></body></html>"""
+    async with open_test_server({"/": Reply.html(html)}) as server:
+        crawler = await crawl(server.url())
+    assert set(by_url(crawler)) == {
+        server.url("/"),
+        server.url("/base/next"),
+        server.url("/base/a?x=1&y=2"),
+        server.url("/area"),
+    }
+    assert "/img.png" not in server.hits
+
+
+async def test_gzip_body_is_decoded_and_size_counts_decoded_bytes(
+    autojump_clock: MockClock,
+) -> None:
+    html = page("/x").body * 50
+    reply = Reply(
+        headers=[("content-type", "text/html"), ("content-encoding", "gzip")],
+        body=gzip.compress(html),
+    )
+    async with open_test_server({"/": reply}) as server:
+        crawler = await crawl(server.url())
+    root = by_url(crawler)[server.url()]
+    assert root.size == len(html)
+    assert root.num_urls == 1
+
+
+async def test_per_attempt_timeout_is_retried_then_recorded(autojump_clock: MockClock) -> None:
+    async def never(request: Request) -> Reply:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with open_test_server(
+        {"/": page("/slow", "/fast"), "/slow": never, "/fast": page()}
+    ) as server:
+        start = trio.current_time()
+        crawler = await crawl(server.url(), timeout=3, max_tries=2)
+        elapsed = trio.current_time() - start
+    records = by_url(crawler)
+    assert records[server.url("/slow")].exception == ("TimeoutError: attempt took longer than 3 s")
+    assert records[server.url("/slow")].status is None
+    assert records[server.url("/fast")].status == 200
+    assert server.hits["/slow"] == 2
+    assert elapsed == pytest.approx(6)
+
+
+async def test_max_time_stops_the_crawl_and_keeps_finished_records(
+    autojump_clock: MockClock,
+) -> None:
+    async def slow(request: Request) -> Reply:
+        await trio.sleep(10)
+        return page()
+
+    routes = {"/": page("/fast", "/slow"), "/fast": page(), "/slow": slow}
+    async with open_test_server(routes) as server:
+        crawler = await crawl(server.url(), max_time=5)
+        assert crawler.finish_reason == "deadline"
+        assert crawler.elapsed == pytest.approx(5)
+    assert set(by_url(crawler)) == {server.url("/"), server.url("/fast")}
+    assert crawler.statistics().todo == 1
+    assert server.url("/slow") in crawler.seen_urls
+
+
+async def test_stop_interrupts_the_crawl(autojump_clock: MockClock) -> None:
+    async def slow(request: Request) -> Reply:
+        await trio.sleep(100)
+        return page()
+
+    async with open_test_server({"/": page("/slow"), "/slow": slow}) as server:
+        crawler = Crawler([server.url()])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crawler.crawl)
+            await trio.sleep(1)
+            crawler.stop()
+    assert crawler.finish_reason == "interrupted"
+    assert [stat.url for stat in crawler.done] == [server.url()]
+
+
+def generated_site_page(request: Request) -> Reply:
+    # Page n links to 2n+1 and 2n+2 (a binary tree of 2500 pages) and back to the root.
+    n = int(request.target.removeprefix("/p") or 0) if request.target != "/" else 0
+    links = [f"/p{child}" for child in (2 * n + 1, 2 * n + 2) if child < 2500]
+    return page(*links, "/", extra=f"<p>page {n}</p>")
+
+
+@pytest.mark.parametrize("max_tasks", [1, 7, 100])
+async def test_large_site_is_crawled_completely_each_page_once(
+    autojump_clock: MockClock, max_tasks: int
+) -> None:
+    async def handler(request: Request) -> Reply:
+        return generated_site_page(request)
+
+    async with open_test_server() as server:
+        server.fallback(handler)
+        crawler = await crawl(server.url(), max_tasks=max_tasks)
+    assert len(crawler.done) == 2500
+    assert len(server.requests) == 2500
+    assert set(server.hits.values()) == {1}
+    assert all(stat.status == 200 for stat in crawler.done)
+
+
+async def test_a_shared_client_is_used_and_left_open(autojump_clock: MockClock) -> None:
+    async with open_test_server({"/": page("/a"), "/a": page()}) as server:
+        async with httpx.AsyncClient() as client:
+            crawler = await crawl(server.url(), client=client)
+            assert not client.is_closed
+            response = await client.get(server.url("/a"))
+            assert response.status_code == 200
+    assert len(crawler.done) == 2
+
+
+async def test_an_unexpected_error_for_one_url_becomes_its_record(
+    autojump_clock: MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/boom":
+            raise ZeroDivisionError("surprise")
+        return httpx.Response(200, html='<a href="/boom">b</a><a href="/ok">o</a>')
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        with caplog.at_level(logging.ERROR, logger="trio_crawler"):
+            crawler = await crawl("http://example.com/", client=client)
+    records = by_url(crawler)
+    assert records["http://example.com/boom"].exception == "ZeroDivisionError: surprise"
+    assert records["http://example.com/ok"].status == 200
+    assert "Traceback" in caplog.text
+    assert crawler.finish_reason == "finished"
+
+
+@pytest.mark.parametrize(
+    ("strict", "fetched"),
+    [
+        (True, {"http://example.com/", "http://www.example.com/"}),
+        (
+            False,
+            {"http://example.com/", "http://www.example.com/", "http://foo.example.com/"},
+        ),
+    ],
+)
+async def test_strict_and_lenient_host_matching(
+    autojump_clock: MockClock, strict: bool, fetched: set[str]
+) -> None:
+    links = ["http://www.example.com/", "http://foo.example.com/", "http://example.org/"]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, html="".join(f'<a href="{link}">l</a>' for link in links))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        crawler = await crawl("example.com", client=client, strict=strict)
+    assert set(by_url(crawler)) == fetched
+
+
+async def test_a_crawler_crawls_once(autojump_clock: MockClock) -> None:
+    async with open_test_server({"/": page()}) as server:
+        crawler = await crawl(server.url())
+        with pytest.raises(RuntimeError, match="crawls once"):
+            await crawler.crawl()

@@ -1,0 +1,102 @@
+"""The chapter's report layout, and the JSON form of a record."""
+
+from __future__ import annotations
+
+import json
+
+from trio_crawler import FetchStatistic
+from trio_crawler._report import format_report
+
+RECORDS = [
+    FetchStatistic(
+        url="http://h/b",
+        status=200,
+        size=120,
+        content_type="text/html",
+        encoding="utf-8",
+        num_urls=3,
+        num_new_urls=2,
+    ),
+    FetchStatistic(url="http://h/a", next_url="http://h/b", status=301),
+    FetchStatistic(url="http://h/c", exception="ConnectError: refused"),
+    FetchStatistic(url="http://h/d", status=404, size=9),
+    FetchStatistic(
+        url="http://h/e.png", status=200, size=50, content_type="image/png", encoding="utf-8"
+    ),
+    FetchStatistic(url="http://h/f", exception="TimeoutError"),
+]
+
+
+def test_report_layout_matches_the_chapter() -> None:
+    report = format_report(
+        RECORDS,
+        elapsed=2.0,
+        max_tasks=3,
+        todo=4,
+        finish_reason="deadline",
+        extra_counters={"robots_disallowed": 2},
+        date="Fri Nov 20 12:00:00 2026",
+    )
+    assert report.splitlines() == [
+        "*** Report ***",
+        "http://h/a 301 redirect http://h/b",
+        "http://h/b 200 text/html utf-8 120 2/3",
+        "http://h/c error ConnectError: refused",
+        "http://h/d 404 None None 9",
+        "http://h/e.png 200 image/png utf-8 50",
+        "http://h/f error TimeoutError",
+        "Finished 6 urls in 2.000 secs (max_tasks=3) (1.000 urls/sec/task)",
+        "         1 error",
+        "         9 error_bytes",
+        "         2 fail",
+        "         1 fail_ConnectError",
+        "         1 fail_TimeoutError",
+        "         1 html",
+        "       120 html_bytes",
+        "         1 other",
+        "        50 other_bytes",
+        "         1 redirect",
+        "         2 robots_disallowed",
+        "         1 status_404",
+        "Todo: 4",
+        "Done: 6",
+        "Date: Fri Nov 20 12:00:00 2026 local time",
+        "Finish reason: deadline",
+    ]
+
+
+def test_only_counted_counters_are_printed_and_zero_time_is_safe() -> None:
+    report = format_report([], elapsed=0.0, max_tasks=10, todo=0, finish_reason="finished")
+    lines = report.splitlines()
+    assert lines[0] == "*** Report ***"
+    assert lines[1] == "Finished 0 urls in 0.000 secs (max_tasks=10) (0.000 urls/sec/task)"
+    assert lines[2:4] == ["Todo: 0", "Done: 0"]
+    assert lines[4].startswith("Date: ")
+    assert lines[5] == "Finish reason: finished"
+
+
+def test_record_json_has_exactly_the_contract_keys_in_order() -> None:
+    record = json.loads(RECORDS[1].to_json())
+    assert list(record) == [
+        "url",
+        "next_url",
+        "status",
+        "exception",
+        "size",
+        "content_type",
+        "encoding",
+        "num_urls",
+        "num_new_urls",
+    ]
+    assert record == {
+        "url": "http://h/a",
+        "next_url": "http://h/b",
+        "status": 301,
+        "exception": None,
+        "size": 0,
+        "content_type": None,
+        "encoding": None,
+        "num_urls": 0,
+        "num_new_urls": 0,
+    }
+    assert "\n" not in FetchStatistic(url="http://h/\u2028", exception="E: a\nb").to_json()

@@ -1,0 +1,232 @@
+"""CrawlState stepped by hand, with no event loop: each step asserts the whole state."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from trio_crawler._config import CrawlConfig
+from trio_crawler._events import FetchError, FetchRequest, Response
+from trio_crawler._state import CrawlState, CrawlStatistics
+from trio_crawler._stats import FetchStatistic
+
+ROOT = "http://example.com/"
+
+
+def make_state(*roots: str, **options: object) -> tuple[CrawlState, list[FetchStatistic]]:
+    written: list[FetchStatistic] = []
+    config = CrawlConfig.create(roots or [ROOT], **options)  # type: ignore[arg-type]
+    return CrawlState(config, on_record=written.append), written
+
+
+def html(*hrefs: str, status: int = 200) -> Response:
+    body = "".join(f'<a href="{href}">x</a>' for href in hrefs).encode()
+    return Response(status=status, content_type="text/html; charset=utf-8", body=body)
+
+
+def counts(state: CrawlState) -> CrawlStatistics:
+    return state.statistics()
+
+
+def take(state: CrawlState) -> FetchRequest:
+    request = state.next_request()
+    assert request is not None
+    return request
+
+
+def test_roots_are_queued_in_order_without_repeats() -> None:
+    state, _ = make_state("b.com", "http://a.com/#x", "http://a.com/", "B.com")
+    assert state.config.roots == ("http://b.com/", "http://a.com/")
+    assert state.seen_urls == {"http://b.com/", "http://a.com/"}
+    assert counts(state) == CrawlStatistics(queued=2, in_flight=0, done=0, seen=2, failed=0)
+    assert not state.finished
+    assert take(state).url == "http://b.com/"
+    assert take(state).url == "http://a.com/"
+
+
+def test_one_page_with_links_then_finished() -> None:
+    state, written = make_state(max_redirect=3)
+    root = take(state)
+    assert root == FetchRequest(url=ROOT, redirects_left=3, attempt=1, depth=0)
+    assert counts(state) == CrawlStatistics(queued=0, in_flight=1, done=0, seen=1, failed=0)
+    assert state.in_flight == {ROOT}
+    assert state.next_request() is None  # nothing to do *yet*
+    assert not state.finished  # ... but the page in flight may add links
+
+    response = html("/b", "/a#frag", "/a", "http://other.org/", "mailto:x@example.com", "/")
+    assert state.attempt_finished(root, response) is None
+    record = FetchStatistic(
+        url=ROOT,
+        status=200,
+        size=len(response.body),
+        content_type="text/html",
+        encoding="utf-8",
+        num_urls=3,  # /a, /b and the page itself; other.org and mailto are out of scope
+        num_new_urls=2,
+    )
+    assert state.done == written == [record]
+    assert state.seen_urls == {ROOT, ROOT + "a", ROOT + "b"}
+    assert counts(state) == CrawlStatistics(queued=2, in_flight=0, done=1, seen=3, failed=0)
+    # Links are queued sorted, with the full redirect budget, one hop deeper.
+    assert take(state) == FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
+    page_b = take(state)
+    assert state.attempt_finished(page_b, html("/a", "/b")) is None
+    assert state.done[-1].num_urls == 2
+    assert state.done[-1].num_new_urls == 0
+    assert not state.finished  # /a is still in flight
+    page_a = FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
+    assert state.attempt_finished(page_a, html()) is None
+    assert state.finished
+    assert counts(state) == CrawlStatistics(queued=0, in_flight=0, done=3, seen=3, failed=0)
+
+
+def test_finishing_a_url_not_in_flight_is_an_engine_bug() -> None:
+    state, _ = make_state()
+    with pytest.raises(RuntimeError, match="not in flight"):
+        state.attempt_finished(FetchRequest(url=ROOT, redirects_left=10), html())
+    request = take(state)
+    state.attempt_finished(request, html())
+    with pytest.raises(RuntimeError, match="finished it twice"):
+        state.attempt_finished(request, html())
+
+
+def test_redirect_is_recorded_and_its_target_queued_with_one_redirect_fewer() -> None:
+    state, _ = make_state(max_redirect=2)
+    root = take(state)
+    state.attempt_finished(root, Response(status=301, location="/next#frag"))
+    assert state.done == [FetchStatistic(url=ROOT, next_url=ROOT + "next", status=301)]
+    target = take(state)
+    assert target == FetchRequest(url=ROOT + "next", redirects_left=1, depth=0)
+    state.attempt_finished(target, Response(status=308, location="http://www.example.com/x"))
+    last = take(state)
+    assert last == FetchRequest(url="http://www.example.com/x", redirects_left=0)
+    assert state.seen_urls == {ROOT, ROOT + "next", "http://www.example.com/x"}
+
+
+def test_redirect_limit_reached_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    state, _ = make_state(max_redirect=0)
+    with caplog.at_level(logging.WARNING, logger="trio_crawler"):
+        state.attempt_finished(take(state), Response(status=302, location="/elsewhere"))
+    assert "redirect limit reached" in caplog.text
+    assert state.done[0].next_url == ROOT + "elsewhere"
+    assert ROOT + "elsewhere" not in state.seen_urls
+    assert state.finished
+
+
+@pytest.mark.parametrize(
+    ("location", "next_url", "followed"),
+    [
+        ("http://other.org/", "http://other.org/", False),  # out of scope: recorded only
+        ("/", ROOT, False),  # to itself: already seen
+        ("ftp://example.com/file", "ftp://example.com/file", False),  # another scheme
+        ("/later", ROOT + "later", True),
+    ],
+)
+def test_redirect_targets(location: str, next_url: str, followed: bool) -> None:
+    state, _ = make_state()
+    state.attempt_finished(take(state), Response(status=307, location=location))
+    assert state.done == [FetchStatistic(url=ROOT, next_url=next_url, status=307)]
+    assert (state.next_request() is not None) is followed
+
+
+@pytest.mark.parametrize("location", [None, "", "http://[::1"])
+def test_redirect_without_usable_location_is_recorded_like_an_error_status(
+    location: str | None,
+) -> None:
+    state, _ = make_state()
+    state.attempt_finished(take(state), Response(status=302, location=location, body=b"moved"))
+    assert state.done == [FetchStatistic(url=ROOT, status=302, size=5)]
+    assert state.finished
+
+
+def test_network_errors_are_retried_then_recorded(caplog: pytest.LogCaptureFixture) -> None:
+    state, written = make_state(max_tries=3)
+    request = take(state)
+    failure = FetchError(error="ConnectError: refused", retryable=True)
+    with caplog.at_level(logging.INFO, logger="trio_crawler"):
+        retry = state.attempt_finished(request, failure)
+        assert retry == FetchRequest(url=ROOT, redirects_left=10, attempt=2)
+        assert state.in_flight == {ROOT}  # a retry stays in flight
+        assert written == []
+        retry = state.attempt_finished(retry, failure)
+        assert retry is not None
+        assert retry.attempt == 3
+        assert state.attempt_finished(retry, failure) is None
+    assert written == [FetchStatistic(url=ROOT, exception="ConnectError: refused")]
+    assert counts(state) == CrawlStatistics(queued=0, in_flight=0, done=1, seen=1, failed=1)
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == [
+        f"try 1 for {ROOT} raised ConnectError: refused",
+        f"try 2 for {ROOT} raised ConnectError: refused",
+        f"try 3 for {ROOT} raised ConnectError: refused",
+        f"{ROOT} failed after 3 tries",
+    ]
+    assert caplog.records[-1].levelno == logging.WARNING
+
+
+def test_a_success_on_a_later_try_is_an_ordinary_record() -> None:
+    state, _ = make_state(max_tries=4)
+    retry = state.attempt_finished(take(state), FetchError(error="ReadError", retryable=True))
+    assert retry is not None
+    assert state.attempt_finished(retry, html()) is None
+    assert state.done[0].status == 200
+    assert state.done[0].exception is None
+
+
+def test_errors_a_retry_cannot_fix_are_recorded_at_once() -> None:
+    state, _ = make_state(max_tries=4)
+    failure = FetchError(error="DecodingError: bad gzip", retryable=False, status=200)
+    assert state.attempt_finished(take(state), failure) is None
+    assert state.done == [FetchStatistic(url=ROOT, status=200, exception="DecodingError: bad gzip")]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "parsed", "media_type", "encoding"),
+    [
+        ("text/html", True, "text/html", "utf-8"),
+        ("TEXT/HTML; charset=ISO-8859-1", True, "text/html", "iso-8859-1"),
+        ("application/xhtml+xml", True, "application/xhtml+xml", "utf-8"),
+        ("application/xml", True, "application/xml", "utf-8"),
+        ("text/xml; charset=ascii", True, "text/xml", "ascii"),
+        ("image/png", False, "image/png", "utf-8"),
+        ("text/plain; charset=latin-1", False, "text/plain", "latin-1"),
+        (None, False, None, "utf-8"),
+    ],
+)
+def test_which_pages_are_parsed(
+    content_type: str | None, parsed: bool, media_type: str | None, encoding: str
+) -> None:
+    state, _ = make_state()
+    body = b'<a href="/link">x</a>'
+    state.attempt_finished(take(state), Response(status=200, content_type=content_type, body=body))
+    [record] = state.done
+    assert (record.content_type, record.encoding, record.size) == (media_type, encoding, len(body))
+    assert record.num_urls == record.num_new_urls == (1 if parsed else 0)
+    assert (ROOT + "link" in state.seen_urls) is parsed
+
+
+def test_error_statuses_have_no_type_encoding_or_links() -> None:
+    state, _ = make_state()
+    state.attempt_finished(take(state), html("/a", status=404))
+    assert state.done == [FetchStatistic(url=ROOT, status=404, size=state.done[0].size)]
+    assert state.done[0].size > 0
+    assert state.finished
+
+
+def test_exclude_and_strictness_apply_to_links() -> None:
+    state, _ = make_state(exclude=r"/private", strict=False)
+    page = html("/private/x", "/public", "http://sub.example.com/", "http://example.org/")
+    state.attempt_finished(take(state), page)
+    assert state.seen_urls == {ROOT, ROOT + "public", "http://sub.example.com/"}
+
+
+def test_stop_scheduling_lets_in_flight_urls_finish() -> None:
+    state, _ = make_state("a.com", "b.com")
+    first = take(state)
+    state.stop_scheduling()
+    assert state.next_request() is None
+    assert not state.finished
+    state.attempt_finished(first, html("/more"))
+    assert state.finished
+    assert counts(state).todo == 2  # b.com and a.com/more were never fetched

@@ -1,0 +1,13 @@
+"""trio_crawler: the 500 Lines asyncio web crawler, ported to Trio.
+
+The public API is :class:`Crawler` (the Trio engine) and :class:`FetchStatistic` (one record
+per finished URL). The private modules are re-exported here so that their names can change
+without breaking anyone.
+"""
+
+from ._config import ConfigError as ConfigError
+from ._fetch import __version__ as __version__
+from ._stats import FetchStatistic as FetchStatistic
+from .engine_trio import Crawler as Crawler
+
+__all__ = ["ConfigError", "Crawler", "FetchStatistic", "__version__"]

@@ -1,0 +1,5 @@
+"""``python -m trio_crawler``: the same command as ``trio-crawler``."""
+
+from trio_crawler._cli import main
+
+raise SystemExit(main())

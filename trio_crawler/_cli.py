@@ -1,0 +1,340 @@
+"""The ``trio-crawler`` command: options to a CrawlConfig, an engine, logging, exit status.
+
+Exit status (CONTRACT.md): 0 when the crawl ran to its end or to ``--max-time``; 2 for a
+usage error, reported as exactly one line ``trio-crawler: error: ...`` before any request is
+made; 130 after SIGINT or SIGTERM, once the partial report is printed and the output is
+complete.
+
+Signals are caught as data, not as exceptions: while a crawl runs, SIGINT and SIGTERM go to
+a ``trio.open_signal_receiver`` whose task stops the crawl through its cancel scope. So a
+Ctrl-C never arrives as a KeyboardInterrupt inside an exception group halfway through a
+worker; the crawl unwinds like a deadline does, and the report is printed from the state
+that outlives it. Only a Ctrl-C outside that window (while starting up, or while printing the
+report) is a plain KeyboardInterrupt, which :func:`main` turns into status 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import trio
+
+from ._config import (
+    DEFAULT_MAX_REDIRECT,
+    DEFAULT_MAX_TRIES,
+    DEFAULT_TIMEOUT,
+    ConfigError,
+    CrawlConfig,
+)
+from ._demo import serve_demo
+from ._fetch import __version__
+from ._output import JsonLinesWriter
+from ._report import format_report
+from .engine_trio import Crawler
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+LOGGER = logging.getLogger("trio_crawler")
+
+PROG = "trio-crawler"
+ENGINES = ("trio", "anyio-trio", "anyio-asyncio", "asyncio")
+AVAILABLE_ENGINES = ("trio",)
+# The chapter's crawl.py defaults to 100 tasks on the command line (its Crawler class to 10).
+CLI_MAX_TASKS = 100
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention for "killed by Ctrl-C"
+
+EXAMPLES = """\
+examples:
+  trio-crawler --demo                        crawl the bundled demo site, offline
+  trio-crawler -o pages.jsonl example.com    crawl a site, one JSON record per URL
+  trio-crawler --max-time 60 --exclude '\\?' --lenient https://www.example.org/
+"""
+
+
+class UsageError(Exception):
+    """A command line the crawler cannot run; its message is the whole error line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the whole usage block before the message; the contract wants the
+        # one line only (``--help`` shows usage).
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (numbers are taken as text and checked by :func:`parse_args`)."""
+    parser = _Parser(
+        prog=PROG,
+        description="Crawl web sites from ROOT URLs with Trio, the way the 500 Lines "
+        "asyncio crawler does, and report every URL.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "roots", nargs="*", metavar="ROOT", help="root URL (http:// is added if no scheme)"
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+
+    what = parser.add_argument_group("what to crawl")
+    what.add_argument(
+        "--demo", action="store_true", help="crawl the bundled demo site (served on 127.0.0.1)"
+    )
+    what.add_argument(
+        "--serve-demo", action="store_true", help="only serve the demo site until Ctrl-C"
+    )
+    what.add_argument("--port", metavar="N", help="port for --serve-demo (default: a free one)")
+    what.add_argument(
+        "--exclude", metavar="REGEX", help="skip URLs where re.search(REGEX, url) matches"
+    )
+    hosts = what.add_mutually_exclusive_group()
+    hosts.add_argument(
+        "--strict",
+        dest="strict",
+        action="store_true",
+        default=True,
+        help="hosts must match a root host, modulo one 'www.' (default)",
+    )
+    hosts.add_argument(
+        "--lenient",
+        dest="strict",
+        action="store_false",
+        help="hosts match when their last two labels match a root host's",
+    )
+
+    limits = parser.add_argument_group("limits")
+    limits.add_argument(
+        "--max-redirect",
+        "--max_redirect",
+        dest="max_redirect",
+        metavar="N",
+        default=str(DEFAULT_MAX_REDIRECT),
+        help=f"redirects followed from any one URL (default {DEFAULT_MAX_REDIRECT})",
+    )
+    limits.add_argument(
+        "--max-tries",
+        "--max_tries",
+        dest="max_tries",
+        metavar="N",
+        default=str(DEFAULT_MAX_TRIES),
+        help=f"attempts per URL on network errors (default {DEFAULT_MAX_TRIES})",
+    )
+    limits.add_argument(
+        "--max-tasks",
+        "--max_tasks",
+        dest="max_tasks",
+        metavar="N",
+        default=str(CLI_MAX_TASKS),
+        help=f"concurrent workers and requests (default {CLI_MAX_TASKS})",
+    )
+    limits.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        default=str(DEFAULT_TIMEOUT),
+        help=f"limit for one request attempt (default {DEFAULT_TIMEOUT:g})",
+    )
+    limits.add_argument(
+        "--max-time", metavar="SECONDS", help="deadline for the whole crawl (default: none)"
+    )
+
+    output = parser.add_argument_group("output")
+    output.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write one JSON record per finished URL ('-' for stdout)",
+    )
+    output.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="more logging on stderr (-v info, -vv debug)",
+    )
+    output.add_argument("-q", "--quiet", action="store_true", help="log errors only")
+    output.add_argument(
+        "--engine",
+        default="trio",
+        metavar="{" + ",".join(ENGINES) + "}",
+        help="which scheduler runs the crawl (default trio)",
+    )
+    return parser
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """A parsed, checked command line."""
+
+    roots: tuple[str, ...]
+    demo: bool
+    serve_demo: bool
+    port: int
+    crawler_options: dict[str, Any]
+    output: str | None
+    log_level: int
+    engine: str
+
+
+def parse_args(argv: Sequence[str] | None) -> Options:
+    """Parse and check a command line without side effects.
+
+    Raises:
+        UsageError: With the one line to print, naming the option and its value.
+    """
+    args = build_parser().parse_args(argv)
+    if args.engine not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {args.engine!r}")
+    if args.engine not in AVAILABLE_ENGINES:
+        raise UsageError(
+            f"--engine {args.engine} is not available in this version; use --engine trio"
+        )
+    if args.serve_demo:
+        if args.roots or args.demo:
+            raise UsageError(
+                "--serve-demo only serves the demo site; it takes no ROOT and no --demo"
+            )
+    elif args.port is not None:
+        raise UsageError("--port goes with --serve-demo")
+    elif args.demo and args.roots:
+        raise UsageError(f"--demo crawls the demo site; drop the ROOT {args.roots[0]!r} or --demo")
+    elif not args.demo and not args.roots:
+        raise UsageError("no ROOT given: name a URL to crawl (or use --demo)")
+    port = _number(args.port, "--port", int) if args.port is not None else 0
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be from 0 to 65535, not {port}")
+    crawler_options: dict[str, Any] = {
+        "exclude": args.exclude,
+        "strict": args.strict,
+        "max_redirect": _number(args.max_redirect, "--max-redirect", int),
+        "max_tries": _number(args.max_tries, "--max-tries", int),
+        "max_tasks": _number(args.max_tasks, "--max-tasks", int),
+        "timeout": _number(args.timeout, "--timeout", float),
+        "max_time": None if args.max_time is None else _number(args.max_time, "--max-time", float),
+    }
+    # Check every crawl option now, before any server starts or request is made; the demo's
+    # root is not known yet, so a stand-in root is checked in its place.
+    try:
+        CrawlConfig.create(args.roots or ["http://127.0.0.1/"], **crawler_options)
+    except ConfigError as exc:
+        if exc.option == "roots":
+            raise UsageError(f"ROOT {exc.problem}") from None
+        raise UsageError(f"--{exc.option.replace('_', '-')} {exc.problem}") from None
+    if args.quiet:
+        log_level = logging.ERROR
+    else:
+        log_level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    return Options(
+        roots=tuple(args.roots),
+        demo=args.demo,
+        serve_demo=args.serve_demo,
+        port=port,
+        crawler_options=crawler_options,
+        output=args.output,
+        log_level=log_level,
+        engine=args.engine,
+    )
+
+
+def _number(text: str, option: str, kind: Callable[[str], Any]) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise UsageError(f"{option} must be {what}, not {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C outside the crawl's signal receiver (start-up, or printing the report).
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
+        options = parse_args(argv)
+        writer = JsonLinesWriter.open(options.output) if options.output is not None else None
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"{PROG}: error: --output {options.output!r}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(level=options.log_level, format="%(levelname)s %(name)s: %(message)s")
+    if options.serve_demo:
+        return trio.run(_serve_demo_until_signal, options.port)
+    report_stream = sys.stderr if options.output == "-" else sys.stdout
+    crawler: Crawler | None = None
+
+    def make_crawler(roots: Sequence[str]) -> Crawler:
+        nonlocal crawler
+        crawler = Crawler(
+            roots,
+            on_record=writer.write if writer is not None else None,
+            **options.crawler_options,
+        )
+        return crawler
+
+    try:
+        trio.run(_crawl_until_signal, make_crawler, options.roots, options.demo)
+    finally:
+        if writer is not None:
+            writer.close()
+        if crawler is not None:
+            print(_report(crawler), end="", file=report_stream, flush=True)
+    assert crawler is not None
+    return EXIT_INTERRUPTED if crawler.finish_reason == "interrupted" else EXIT_OK
+
+
+def _report(crawler: Crawler) -> str:
+    return format_report(
+        crawler.done,
+        elapsed=crawler.elapsed,
+        max_tasks=crawler.max_tasks,
+        todo=crawler.statistics().todo,
+        finish_reason=crawler.finish_reason or "interrupted",
+    )
+
+
+async def _crawl_until_signal(
+    make_crawler: Callable[[Sequence[str]], Crawler], roots: Sequence[str], demo: bool
+) -> None:
+    """Crawl, with the demo server beside the crawl if asked, until done or signalled."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            if demo:
+                roots = [await nursery.start(serve_demo)]
+            crawler = make_crawler(roots)
+            nursery.start_soon(_stop_on_signal, signals, crawler.stop)
+            await crawler.crawl()
+            # The crawl is over: stop the demo server and the signal watcher.
+            nursery.cancel_scope.cancel("crawl complete")
+
+
+async def _stop_on_signal(signals: trio.lowlevel.SignalReceiver, stop: Callable[[], None]) -> None:  # type: ignore[name-defined]
+    async for signum in signals:
+        LOGGER.warning("got %s: stopping the crawl", signal.Signals(signum).name)
+        stop()
+
+
+async def _serve_demo_until_signal(port: int) -> int:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            root = await nursery.start(
+                lambda task_status: serve_demo(port=port, task_status=task_status)
+            )
+            print(f"Serving the demo site at {root} (Ctrl-C to stop)", flush=True)
+            async for _ in signals:
+                nursery.cancel_scope.cancel("signal")
+                break
+    return EXIT_INTERRUPTED

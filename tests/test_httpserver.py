@@ -12,6 +12,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
+
 from httpserver import DropConnection, Reply, Request, open_test_server
 
 # Generous for a test on virtual time (the clock jumps whenever every task waits) and far

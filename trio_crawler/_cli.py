@@ -38,7 +38,7 @@ from ._report import format_report
 from .engine_trio import Crawler
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -258,6 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         # Ctrl-C outside the crawl's signal receiver (start-up, or printing the report).
         return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:
+        # The same, raised inside a Trio nursery, where it arrives wrapped in a group.
+        interrupts, others = group.split(KeyboardInterrupt)
+        if interrupts is not None and others is None:
+            return EXIT_INTERRUPTED
+        raise
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -321,7 +327,7 @@ async def _crawl_until_signal(
             nursery.cancel_scope.cancel("crawl complete")
 
 
-async def _stop_on_signal(signals: trio.lowlevel.SignalReceiver, stop: Callable[[], None]) -> None:  # type: ignore[name-defined]
+async def _stop_on_signal(signals: AsyncIterator[int], stop: Callable[[], None]) -> None:
     async for signum in signals:
         LOGGER.warning("got %s: stopping the crawl", signal.Signals(signum).name)
         stop()

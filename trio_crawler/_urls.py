@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 from urllib.parse import SplitResult, quote, urljoin, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 _SCHEMES = frozenset({"http", "https"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -34,6 +37,12 @@ _TAB_OR_NEWLINE = re.compile(r"[\t\n\r]")
 # unreserved characters, plus "%" so that existing escapes are not encoded twice.
 _SAFE_PATH = "/%:@!$&'()*+,;=-._~"
 _SAFE_QUERY = _SAFE_PATH + "?"
+# Characters that may not appear in a host after IDNA: WHATWG's forbidden domain code points
+# that urlsplit lets through (C0 controls, space, DEL, "%", "<", ">", "^", "|", "\\") plus
+# the other characters RFC 3986 does not allow in a reg-name.
+_FORBIDDEN_HOST_CHARS = frozenset(_STRIP + '%<>"\\^`{|}\x7f')
+# A bracketed host with an optional port, the whole host-and-port part of a netloc.
+_BRACKETED_HOST = re.compile(r"\[[^\]]*\](?::[0-9]*)?")
 
 
 def normalize_url(href: str, base: str | None = None) -> str | None:
@@ -80,14 +89,18 @@ def _normalize_netloc(parts: SplitResult, scheme: str) -> str | None:
     if not host:
         return None
     port = parts.port  # raises ValueError when out of range or not a number
-    if _is_ip(host):
-        host_text = f"[{host}]" if ":" in host else host
+    if parts.netloc.rpartition("@")[2].startswith("["):
+        host_text = _ipv6_literal(parts, host)
+        if host_text is None:
+            return None
+    elif _is_ip(host):
+        host_text = host
     else:
         try:
             host_text = host.encode("idna").decode("ascii")
         except UnicodeError:
             return None
-        if not host_text or any(char in host_text for char in " %<>\"\\^`{|}"):
+        if not host_text or not _FORBIDDEN_HOST_CHARS.isdisjoint(host_text):
             return None
     netloc = host_text
     if port is not None and port != _DEFAULT_PORTS[scheme]:
@@ -96,6 +109,26 @@ def _normalize_netloc(parts: SplitResult, scheme: str) -> str | None:
     if at:
         netloc = f"{quote(userinfo, safe=':%!$&()*+,;=-._~')}@{netloc}"
     return netloc
+
+
+def _ipv6_literal(parts: SplitResult, host: str) -> str | None:
+    """The bracketed host of ``parts`` in RFC 5952's canonical form, or None if it is not one.
+
+    RFC 3986 allows only an IP literal in brackets, followed by nothing but ``:port``.
+    urlsplit also takes IPvFuture (``[v1.x]``, whose brackets ``hostname`` drops, leaving an
+    ordinary-looking host) and ignores text after the ``]`` (``[::1]x``), so both are checked
+    here. Writing the canonical form makes ``[0:0::1]`` and ``[::1]`` one host.
+    """
+    if not _BRACKETED_HOST.fullmatch(parts.netloc.rpartition("@")[2]):
+        return None
+    try:
+        address = ipaddress.IPv6Address(host)
+    except ValueError:
+        return None
+    if address.scope_id is not None:
+        # A zone ID ("%eth0") names an interface of the machine that wrote the URL.
+        return None
+    return f"[{address.compressed}]"
 
 
 def _is_ip(host: str) -> bool:
@@ -108,8 +141,9 @@ def _is_ip(host: str) -> bool:
 
 def _lenient_key(host: str) -> str:
     # The last two labels with the dot kept: the chapter joined them without one, so that
-    # "a.bc" and "ab.c" collided.
-    return ".".join(host.split(".")[-2:])
+    # "a.bc" and "ab.c" collided. A trailing dot (the DNS root, "example.com.") is dropped
+    # first, or every host ending in "com." would share the key "com.".
+    return ".".join(host.rstrip(".").split(".")[-2:])
 
 
 class Scope:
@@ -126,7 +160,10 @@ class Scope:
     ) -> None:
         self.strict = strict
         self.exclude = exclude
-        self.root_hosts = frozenset(url_host(root) for root in roots) - {""}
+        # Roots are normalised again here (a no-op for normalised ones) so that a root given
+        # as "xkcd.com" or "http://München.de/" yields the host that links will carry.
+        normalized = (normalize_root(root) for root in roots)
+        self.root_hosts = frozenset(url_host(url) for url in normalized if url) - {""}
         self._lenient_keys = frozenset(
             _lenient_key(host) for host in self.root_hosts if not _is_ip(host)
         )
@@ -140,7 +177,8 @@ class Scope:
             return False
         if self.strict:
             other = host[4:] if host.startswith("www.") else "www." + host
-            return other in self.root_hosts
+            # "www.1.2.3.4" is not an IP, but must not match the IP root host "1.2.3.4".
+            return other in self.root_hosts and not _is_ip(other)
         return _lenient_key(host) in self._lenient_keys
 
     def allows(self, url: str) -> bool:

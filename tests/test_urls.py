@@ -1,0 +1,284 @@
+"""URL normalisation and crawl scope (trio_crawler._urls): pure functions, no event loop.
+
+Each table row is one behaviour a crawl depends on: the seen-set only works if every spelling
+of a page normalises to one string, and a bad href must give None rather than raise.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from trio_crawler._urls import Scope, normalize_root, normalize_url, url_host
+
+PAGE = "http://example.com/dir/page.html"
+
+
+@pytest.mark.parametrize(
+    ("href", "expected"),
+    [
+        # Scheme and host case, default ports, empty path.
+        pytest.param("HTTP://EXAMPLE.COM", "http://example.com/", id="scheme-host-case"),
+        pytest.param("http://example.com/Path/A", "http://example.com/Path/A", id="path-case"),
+        pytest.param("http://example.com:80/", "http://example.com/", id="default-http-port"),
+        pytest.param("https://example.com:443/", "https://example.com/", id="default-https-port"),
+        pytest.param("http://example.com:443/", "http://example.com:443/", id="https-port-on-http"),
+        pytest.param("https://example.com:80/", "https://example.com:80/", id="http-port-on-https"),
+        pytest.param("http://example.com:8080", "http://example.com:8080/", id="other-port"),
+        pytest.param("http://example.com:0080/", "http://example.com/", id="port-leading-zeros"),
+        pytest.param("http://example.com:/", "http://example.com/", id="empty-port"),
+        pytest.param("http://example.com?q=1", "http://example.com/?q=1", id="empty-path-query"),
+        # Fragments go; the query stays as written.
+        pytest.param("http://example.com/a#top", "http://example.com/a", id="fragment"),
+        pytest.param("http://example.com/#", "http://example.com/", id="empty-fragment"),
+        pytest.param("http://example.com/a?b=2&a=1", "http://example.com/a?b=2&a=1", id="query"),
+        # Nothing that could change the resource is touched.
+        pytest.param("http://example.com/a/../b", "http://example.com/a/../b", id="dot-segments"),
+        pytest.param("http://example.com/%7e", "http://example.com/%7e", id="escape-kept"),
+        # Percent-encoding of what may not appear raw; existing escapes not doubled.
+        pytest.param("http://example.com/a b", "http://example.com/a%20b", id="space-in-path"),
+        pytest.param(
+            "http://example.com/café?q=é",
+            "http://example.com/caf%C3%A9?q=%C3%A9",
+            id="non-ascii-utf8",
+        ),
+        pytest.param("http://example.com/%41%zz", "http://example.com/%41%zz", id="bad-escape"),
+        pytest.param("http://example.com/\x01a", "http://example.com/%01a", id="control-in-path"),
+        pytest.param("http://example.com/?q=a b", "http://example.com/?q=a%20b", id="space-query"),
+        # WHATWG: strip leading/trailing C0 and space, remove tabs and newlines anywhere.
+        pytest.param(" \t http://example.com/a \n", "http://example.com/a", id="outer-space"),
+        pytest.param("http://exa\tmple.com/a\nb\r", "http://example.com/ab", id="inner-tabs"),
+        pytest.param("\x00http://example.com/\x1f", "http://example.com/", id="outer-controls"),
+        # IDN hosts become punycode, so the root and its links agree.
+        pytest.param("http://München.de/", "http://xn--mnchen-3ya.de/", id="idn"),
+        pytest.param("http://xn--mnchen-3ya.de/", "http://xn--mnchen-3ya.de/", id="punycode"),
+        pytest.param("http://☃.com/", "http://xn--n3h.com/", id="idn-symbol"),
+        # IP hosts: IPv6 in brackets, written canonically (RFC 5952).
+        pytest.param("http://127.0.0.1:8000", "http://127.0.0.1:8000/", id="ipv4"),
+        pytest.param("http://[::1]:80/a", "http://[::1]/a", id="ipv6"),
+        pytest.param("http://[0:0:0:0:0:0:0:1]/", "http://[::1]/", id="ipv6-canonical"),
+        pytest.param("http://[2001:DB8::A]:8080/", "http://[2001:db8::a]:8080/", id="ipv6-case"),
+        # Userinfo is kept (percent-encoded where needed).
+        pytest.param("http://u:p@example.com/", "http://u:p@example.com/", id="userinfo"),
+        pytest.param("http://a@b@example.com/", "http://a%40b@example.com/", id="at-in-user"),
+        # Invalid: not http(s), no host, bad port, bad host, unencodable.
+        pytest.param("ftp://example.com/", None, id="ftp"),
+        pytest.param("mailto:someone@example.com", None, id="mailto"),
+        pytest.param("javascript:alert(1)", None, id="javascript"),
+        pytest.param("data:text/html,hi", None, id="data"),
+        pytest.param("example.com/a", None, id="no-scheme"),
+        pytest.param("http://", None, id="no-host"),
+        pytest.param("http:///path", None, id="empty-host"),
+        pytest.param("http://[::1", None, id="unclosed-ipv6"),
+        pytest.param("http://[::1]x/", None, id="text-after-ipv6"),
+        pytest.param("http://[v1.x]/", None, id="ipvfuture"),
+        pytest.param("http://[1.2.3.4]/", None, id="ipv4-in-brackets"),
+        pytest.param("http://[fe80::1%25eth0]/", None, id="ipv6-zone-id"),
+        pytest.param("http://[not-ip]/", None, id="brackets-not-ip"),
+        pytest.param("http://example.com:99999/", None, id="port-out-of-range"),
+        pytest.param("http://example.com:-1/", None, id="negative-port"),
+        pytest.param("http://example.com:http/", None, id="port-not-number"),
+        pytest.param("http://example.com:\uff18\uff10/", None, id="port-fullwidth-digits"),
+        pytest.param("http://example.com:80:80/", None, id="two-ports"),
+        pytest.param("http://exa mple.com/", None, id="space-in-host"),
+        pytest.param("http://exa%41mple.com/", None, id="percent-in-host"),
+        pytest.param("http://exa\x01mple.com/", None, id="control-in-host"),
+        pytest.param("http://exa\x7fmple.com/", None, id="del-in-host"),
+        pytest.param("http://exa|mple.com/", None, id="pipe-in-host"),
+        pytest.param("http://example..com/", None, id="empty-label"),
+        pytest.param("http://" + "a" * 64 + ".com/", None, id="label-too-long"),
+        pytest.param("http://example.com/\ud800", None, id="lone-surrogate"),
+        pytest.param("", None, id="empty"),
+    ],
+)
+def test_normalize_url_absolute(href: str, expected: str | None) -> None:
+    assert normalize_url(href) == expected
+
+
+@pytest.mark.parametrize(
+    ("href", "expected"),
+    [
+        pytest.param("other.html", "http://example.com/dir/other.html", id="sibling"),
+        pytest.param("../up.html", "http://example.com/up.html", id="parent"),
+        pytest.param("/root.html", "http://example.com/root.html", id="absolute-path"),
+        pytest.param("?q=1", "http://example.com/dir/page.html?q=1", id="query-only"),
+        pytest.param("#frag", PAGE, id="fragment-only-is-the-page"),
+        pytest.param("", PAGE, id="empty-is-the-page"),
+        pytest.param("  ", PAGE, id="blank-is-the-page"),
+        pytest.param("//other.org/x", "http://other.org/x", id="scheme-relative"),
+        pytest.param("https://other.org", "https://other.org/", id="absolute"),
+        pytest.param("mailto:a@b.c", None, id="mailto"),
+        pytest.param("javascript:void(0)", None, id="javascript"),
+        pytest.param("tel:+100", None, id="tel"),
+    ],
+)
+def test_normalize_url_resolves_against_base(href: str, expected: str | None) -> None:
+    assert normalize_url(href, PAGE) == expected
+
+
+@pytest.mark.parametrize("base", ["", "not a url", "mailto:x@y.z", "/relative/base"])
+def test_normalize_url_absolute_href_needs_no_base(base: str) -> None:
+    assert normalize_url("http://example.com/a", base) == "http://example.com/a"
+
+
+@pytest.mark.parametrize(
+    "base", ["", "http://[::1", "http://example.com:99999/", "not a url", "mailto:x@y.z", "\ud800"]
+)
+def test_normalize_url_relative_href_with_a_bad_base_is_none(base: str) -> None:
+    assert normalize_url("relative/page.html", base) is None
+
+
+def test_normalize_url_keeps_a_very_long_url() -> None:
+    href = "http://example.com/" + "a" * 10_000
+    assert normalize_url(href) == href
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "HTTP://Example.COM:80/a b?q=é#f",
+        "http://[0::1]:8080/x",
+        "http://München.de/ü",
+        "https://u:p@example.com:443/%7e?x",
+    ],
+)
+def test_normalize_url_is_idempotent(url: str) -> None:
+    once = normalize_url(url)
+    assert once is not None
+    assert normalize_url(once) == once
+
+
+@pytest.mark.parametrize(
+    ("root", "expected"),
+    [
+        pytest.param("xkcd.com", "http://xkcd.com/", id="scheme-default"),
+        pytest.param("localhost:8000", "http://localhost:8000/", id="host-port"),
+        pytest.param("127.0.0.1:8000/a", "http://127.0.0.1:8000/a", id="ip-port-path"),
+        pytest.param("https://Example.com", "https://example.com/", id="https-kept"),
+        pytest.param("  example.com/a#frag  ", "http://example.com/a", id="strip-and-fragment"),
+        pytest.param("München.de", "http://xn--mnchen-3ya.de/", id="idn"),
+        pytest.param("[::1]:8000", "http://[::1]:8000/", id="ipv6"),
+        pytest.param("ftp://example.com/", None, id="other-scheme"),
+        pytest.param("", None, id="empty"),
+        pytest.param("http://", None, id="no-host"),
+    ],
+)
+def test_normalize_root(root: str, expected: str | None) -> None:
+    assert normalize_root(root) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("http://example.com/", "example.com"),
+        ("http://u:p@example.com:8080/", "example.com"),
+        ("http://[::1]:8000/", "::1"),
+        ("not a url", ""),
+    ],
+)
+def test_url_host(url: str, host: str) -> None:
+    assert url_host(url) == host
+
+
+# Scope: (roots, strict, url, allowed). The roots' hosts are what links are matched against.
+SCOPE_CASES = [
+    # Strict: equal, or equal modulo one leading "www." either way.
+    pytest.param(["http://example.com/"], True, "http://example.com/x", True, id="strict-equal"),
+    pytest.param(["http://example.com/"], True, "http://www.example.com/", True, id="strict-www"),
+    pytest.param(
+        ["http://www.example.com/"], True, "http://example.com/", True, id="strict-no-www"
+    ),
+    pytest.param(["http://example.com/"], True, "http://foo.example.com/", False, id="strict-sub"),
+    pytest.param(["http://example.com/"], True, "http://www.www.example.com/", False, id="two-www"),
+    pytest.param(["http://foo.example.com/"], True, "http://example.com/", False, id="strict-up"),
+    pytest.param(["http://example.com/"], True, "http://example.org/", False, id="strict-other"),
+    pytest.param(
+        ["http://example.com/"], True, "http://notexample.com/", False, id="strict-prefix"
+    ),
+    # Lenient: the last two labels, with the dot kept.
+    pytest.param(["http://example.com/"], False, "http://foo.example.com/", True, id="lenient-sub"),
+    pytest.param(["http://a.example.com/"], False, "http://b.example.com/", True, id="lenient-sib"),
+    pytest.param(["http://example.com/"], False, "http://example.org/", False, id="lenient-other"),
+    pytest.param(["http://x.a.bc/"], False, "http://x.ab.c/", False, id="lenient-dot-kept"),
+    pytest.param(["http://x.ab.c/"], False, "http://x.a.bc/", False, id="lenient-dot-kept-2"),
+    pytest.param(
+        ["http://example.com./"], False, "http://evil.com./", False, id="lenient-root-dot"
+    ),
+    pytest.param(["http://localhost/"], False, "http://localhost:8000/", True, id="lenient-single"),
+    # IP hosts match only themselves, in either mode, whatever the port.
+    pytest.param(["http://127.0.0.1:8000/"], True, "http://127.0.0.1:9/", True, id="ip-same"),
+    pytest.param(["http://127.0.0.1/"], False, "http://127.0.0.2/", False, id="ip-lenient"),
+    pytest.param(["http://10.0.0.1/"], False, "http://x.0.1/", False, id="ip-labels"),
+    pytest.param(["http://1.2.3.4/"], True, "http://www.1.2.3.4/", False, id="ip-www"),
+    pytest.param(["http://[::1]:8000/"], True, "http://[::1]/a", True, id="ipv6-same"),
+    pytest.param(["http://[::1]/"], False, "http://[::2]/", False, id="ipv6-other"),
+    pytest.param(["http://[0:0::1]/"], True, "http://[::1]/", True, id="ipv6-spelling"),
+    # Host case does not matter; the port is not part of host matching.
+    pytest.param(["http://EXAMPLE.com/"], True, "http://example.COM/", True, id="host-case"),
+    pytest.param(["http://example.com:8000/"], True, "https://example.com/", True, id="port"),
+    # Only http(s).
+    pytest.param(["http://example.com/"], True, "ftp://example.com/", False, id="ftp"),
+    pytest.param(["http://example.com/"], False, "mailto:x@example.com", False, id="mailto"),
+    # Every root contributes its host, including one written with a fragment, without a
+    # scheme, or with an IDN host.
+    pytest.param(["http://a.com/", "http://b.com/x#frag"], True, "http://b.com/", True, id="frag"),
+    pytest.param(["http://a.com/", "http://b.com/"], True, "http://a.com/", True, id="first-root"),
+    pytest.param(["xkcd.com"], True, "http://xkcd.com/1/", True, id="root-no-scheme"),
+    pytest.param(["http://München.de/"], True, "http://xn--mnchen-3ya.de/", True, id="root-idn"),
+]
+
+
+@pytest.mark.parametrize(("roots", "strict", "url", "allowed"), SCOPE_CASES)
+def test_scope_host_matching(roots: list[str], strict: bool, url: str, allowed: bool) -> None:
+    assert Scope(roots, strict=strict).allows(url) is allowed
+
+
+@pytest.mark.parametrize(
+    ("pattern", "url", "allowed"),
+    [
+        # re.search, not re.match: the pattern may match anywhere in the URL.
+        pytest.param(r"private", "http://example.com/a/private/b", False, id="search-middle"),
+        pytest.param(r"^/private", "http://example.com/private", True, id="anchored-to-url"),
+        pytest.param(r"\.pdf$", "http://example.com/doc.pdf", False, id="suffix"),
+        pytest.param(r"\.pdf$", "http://example.com/doc.pdf?x=1", True, id="suffix-with-query"),
+        pytest.param(r"www\.", "http://www.example.com/", False, id="host-part"),
+        pytest.param(r"nomatch", "http://example.com/", True, id="no-match"),
+    ],
+)
+def test_scope_exclude_uses_re_search(pattern: str, url: str, allowed: bool) -> None:
+    scope = Scope(["http://example.com/"], exclude=re.compile(pattern))
+    assert scope.allows(url) is allowed
+
+
+def test_scope_exclude_only_narrows() -> None:
+    # A URL out of scope by host stays out even if the pattern does not match it.
+    scope = Scope(["http://example.com/"], exclude=re.compile("nothing"))
+    assert not scope.allows("http://other.org/")
+
+
+@pytest.mark.parametrize(
+    ("roots", "hosts"),
+    [
+        pytest.param(["http://a/a#frag", "http://b:81/"], {"a", "b"}, id="fragment-and-port"),
+        pytest.param(["http://A.example.com/"], {"a.example.com"}, id="lower-cased"),
+        pytest.param(["http://[::1]:8000/"], {"::1"}, id="ipv6-no-brackets"),
+        pytest.param(["ftp://x/", "http://"], set(), id="unusable-roots-dropped"),
+    ],
+)
+def test_scope_root_hosts(roots: list[str], hosts: set[str]) -> None:
+    assert Scope(roots).root_hosts == hosts
+
+
+@pytest.mark.parametrize(
+    ("strict", "host", "allowed"),
+    [
+        (True, "WWW.Example.COM", True),
+        (True, "sub.example.com", False),
+        (False, "SUB.EXAMPLE.COM", True),
+        (False, "", False),
+        (True, "", False),
+    ],
+)
+def test_scope_host_okay(strict: bool, host: str, allowed: bool) -> None:
+    assert Scope(["http://example.com/"], strict=strict).host_okay(host) is allowed

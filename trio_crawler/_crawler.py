@@ -1,0 +1,160 @@
+"""What every engine's ``Crawler`` shares: options, state, attributes and failure outcomes.
+
+Engines differ only in how they schedule: a nursery and a channel, a task group and a
+memory object stream, or the chapter's queue with ``join()`` and ``cancel()``. Everything
+else a crawler is lives here or in the core, so that the engine modules stay short enough
+to read side by side and a behaviour fixed once is fixed for all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import TYPE_CHECKING, Literal
+
+from ._config import (
+    DEFAULT_MAX_REDIRECT,
+    DEFAULT_MAX_TASKS,
+    DEFAULT_MAX_TRIES,
+    DEFAULT_TIMEOUT,
+    CrawlConfig,
+)
+from ._events import FetchError, describe_exception
+from ._fetch import open_client
+from ._state import CrawlState, CrawlStatistics
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    import httpx
+
+    from ._stats import FetchStatistic
+
+LOGGER = logging.getLogger("trio_crawler")
+
+FinishReason = Literal["finished", "deadline", "interrupted"]
+
+# Closing clients and their connections takes microseconds on a healthy loop; five seconds
+# only bounds a pathological close (a peer that never acknowledges), after which the
+# sockets are left to the garbage collector rather than hanging Ctrl-C.
+CLEANUP_TIMEOUT = 5.0
+
+
+class CrawlerBase:
+    """The chapter's ``Crawler`` minus its scheduling; see an engine's ``Crawler``.
+
+    Args:
+        roots: Start URLs. A root without ``://`` gets ``http://``; repeats are dropped.
+        exclude: A regex; URLs where ``re.search`` matches are not followed.
+        strict: Host matching: strict (equal, or modulo one ``www.``) or lenient (last
+            two labels).
+        max_redirect: Redirects followed from any one URL.
+        max_tries: Attempts per URL on network errors.
+        max_tasks: Concurrent workers, and so concurrent requests.
+        client: An ``httpx.AsyncClient`` to share between the workers; it is left open.
+            Without it each worker gets a client of its own, closed when the crawl ends.
+        timeout: Seconds for one whole attempt, connect to last byte.
+        max_time: Seconds for the whole crawl; when they pass, the crawl stops cleanly.
+        on_record: Called with each record the moment it is made (see
+            :class:`~trio_crawler._state.CrawlState`).
+
+    Raises:
+        ConfigError: At construction, for an unusable option.
+    """
+
+    def __init__(
+        self,
+        roots: Iterable[str],
+        *,
+        exclude: str | None = None,
+        strict: bool = True,
+        max_redirect: int = DEFAULT_MAX_REDIRECT,
+        max_tries: int = DEFAULT_MAX_TRIES,
+        max_tasks: int = DEFAULT_MAX_TASKS,
+        client: httpx.AsyncClient | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_time: float | None = None,
+        on_record: Callable[[FetchStatistic], None] | None = None,
+    ) -> None:
+        self.config = CrawlConfig.create(
+            roots,
+            exclude=exclude,
+            strict=strict,
+            max_redirect=max_redirect,
+            max_tries=max_tries,
+            max_tasks=max_tasks,
+            timeout=timeout,
+            max_time=max_time,
+        )
+        self.state = CrawlState(self.config, on_record=on_record)
+        self.finish_reason: FinishReason | None = None
+        self.elapsed = 0.0
+        self._client = client
+        self._ssl_context: ssl.SSLContext | None = None
+        self._started = False
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Make the engine's own primitives; runs at the end of ``__init__``."""
+
+    # The chapter's attribute names, read from the core so they survive the crawl.
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The roots, normalised, in order, without repeats."""
+        return self.config.roots
+
+    @property
+    def max_tasks(self) -> int:
+        """The number of workers."""
+        return self.config.max_tasks
+
+    @property
+    def seen_urls(self) -> set[str]:
+        """Every URL queued or fetched."""
+        return self.state.seen_urls
+
+    @property
+    def done(self) -> list[FetchStatistic]:
+        """The records, in the order URLs finished."""
+        return self.state.done
+
+    def statistics(self) -> CrawlStatistics:
+        """A frozen snapshot of the crawl's progress."""
+        return self.state.statistics()
+
+    def _start(self) -> None:
+        if self._started:
+            raise RuntimeError("a Crawler crawls once; make a new Crawler for another crawl")
+        self._started = True
+
+    def _finish(self, *, deadline_passed: bool) -> None:
+        """Settle ``finish_reason`` once a crawl returns normally."""
+        if self.finish_reason is None:
+            self.finish_reason = "deadline" if deadline_passed else "finished"
+
+    def _timeout_failure(self) -> FetchError:
+        """The outcome of an attempt that its cancel scope cut short: a network error."""
+        return FetchError(
+            error=f"TimeoutError: attempt took longer than {self.config.timeout:g} s",
+            retryable=True,
+        )
+
+    def _unexpected_failure(self, url: str, exc: Exception) -> FetchError:
+        """The outcome of an attempt that raised what ``fetch()`` does not expect.
+
+        It is logged with its traceback and recorded for that URL, not retried (the same
+        bug would strike again) and not raised (one odd URL must not end the crawl).
+        """
+        LOGGER.error("unexpected error fetching %s", url, exc_info=exc)
+        return FetchError(error=describe_exception(exc), retryable=False)
+
+    def _new_worker_client(self) -> httpx.AsyncClient:
+        """A client for one worker, which makes one request at a time.
+
+        A client per worker rather than one shared: see the README's "HTTP clients" for
+        the measurements. The SSL context is built once and shared, since building one per
+        client costs about a megabyte each.
+        """
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        return open_client(max_connections=1, ssl_context=self._ssl_context)

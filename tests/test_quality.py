@@ -15,8 +15,8 @@ BIN = Path(sys.executable).parent
 @pytest.mark.parametrize(
     "command",
     [
-        ["ruff", "check", "trio_crawler", "tests", "examples", "benchmarks"],
-        ["ruff", "format", "--check", "trio_crawler", "tests", "examples", "benchmarks"],
+        ["ruff", "check", "."],  # the whole project, whatever folders it has
+        ["ruff", "format", "--check", "."],
         ["mypy", "--strict", "trio_crawler"],
     ],
     ids=["ruff-check", "ruff-format", "mypy-strict"],

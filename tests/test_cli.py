@@ -19,7 +19,7 @@ import httpx
 import pytest
 import trio
 
-from trio_crawler._cli import parse_args
+from trio_crawler._cli import ENGINES, parse_args
 from trio_crawler._demo import build_demo_site
 
 from httpserver import Reply, Request, open_test_server
@@ -144,8 +144,9 @@ async def test_verbose_logs_info_to_stderr() -> None:
     assert "*** Report ***" in result.stdout.decode()
 
 
+@pytest.mark.parametrize("engine", list(ENGINES))
 @pytest.mark.trio
-async def test_max_time_exits_0_with_a_deadline_report(tmp_path: Path) -> None:
+async def test_max_time_exits_0_with_a_deadline_report(tmp_path: Path, engine: str) -> None:
     output = tmp_path / "out.jsonl"
 
     async def never(request: Request) -> Reply:
@@ -156,7 +157,9 @@ async def test_max_time_exits_0_with_a_deadline_report(tmp_path: Path) -> None:
         async with open_test_server(
             {"/": Reply.html('<a href="/slow">s</a>'), "/slow": never}
         ) as server:
-            result = await run_cli("--max-time", "1", "-o", str(output), server.url())
+            result = await run_cli(
+                "--engine", engine, "--max-time", "1", "-o", str(output), server.url()
+            )
     assert result.returncode == 0
     report = result.stdout.decode()
     assert report.splitlines()[-1] == "Finish reason: deadline"
@@ -164,10 +167,11 @@ async def test_max_time_exits_0_with_a_deadline_report(tmp_path: Path) -> None:
     assert [record["url"] for record in read_records(output)] == [server.url()]
 
 
+@pytest.mark.parametrize("engine", list(ENGINES))
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.trio
 async def test_signal_stops_the_crawl_with_status_130(
-    tmp_path: Path, signum: signal.Signals
+    tmp_path: Path, signum: signal.Signals, engine: str
 ) -> None:
     output = tmp_path / "out.jsonl"
     report_path = tmp_path / "report.txt"
@@ -178,15 +182,22 @@ async def test_signal_stops_the_crawl_with_status_130(
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
-    links = '<a href="/a">a</a><a href="/b">b</a>'
-    routes = {"/": Reply.html(links), "/a": Reply.html('<a href="/slow">s</a>'), "/slow": never}
+    # A chain: once /slow is requested, /, /a and /b have finished, on any engine.
+    routes = {
+        "/": Reply.html('<a href="/a">a</a>'),
+        "/a": Reply.html('<a href="/b">b</a>'),
+        "/b": Reply.html('<a href="/slow">s</a>'),
+        "/slow": never,
+    }
     with trio.fail_after(HANG_LIMIT):
         async with open_test_server(routes) as server, trio.open_nursery() as nursery:
-            command = [sys.executable, "-m", "trio_crawler", "-o", str(output), server.url()]
+            command = [
+                *[sys.executable, "-m", "trio_crawler", "--engine", engine],
+                *["-o", str(output), server.url()],
+            ]
             with report_path.open("wb") as report_file:
                 run = functools.partial(trio.run_process, command, stdout=report_file, check=False)
                 process = await nursery.start(run)
-            # /slow is linked from /a, so once it is requested, /, /a and /b have records.
             await slow_page_requested.wait()
             process.send_signal(signum)
             await process.wait()
@@ -199,11 +210,12 @@ async def test_signal_stops_the_crawl_with_status_130(
     assert {record["url"] for record in records} == {server.url(p) for p in ("/", "/a", "/b")}
 
 
+@pytest.mark.parametrize("engine", list(ENGINES))
 @pytest.mark.trio
-async def test_demo_crawls_the_whole_bundled_site(tmp_path: Path) -> None:
+async def test_demo_crawls_the_whole_bundled_site(tmp_path: Path, engine: str) -> None:
     output = tmp_path / "demo.jsonl"
     with trio.fail_after(HANG_LIMIT):
-        result = await run_cli("--demo", "-o", str(output))
+        result = await run_cli("--demo", "--engine", engine, "-o", str(output))
     assert result.returncode == 0, result.stderr
     records = read_records(output)
     root = str(records[0]["url"])

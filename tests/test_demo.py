@@ -402,7 +402,7 @@ async def test_cancel_at_once_on_trio() -> None:
 
 
 @pytest.mark.trio
-async def test_serve_under_virtual_time_on_trio(autojump_clock: trio.testing.MockClock) -> None:
+async def test_serve_under_virtual_time_on_trio(virtual_clock: trio.testing.MockClock) -> None:
     # The engine tests run Trio on a MockClock that jumps whenever every task waits, socket
     # I/O included. Hypercorn's timers (keep-alive, graceful stop) then fire early; the demo
     # must still serve, and the client must cope with keep-alive connections it closed.

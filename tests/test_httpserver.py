@@ -1,8 +1,9 @@
 """Self-tests for the test server: it must be right before it can judge the crawler.
 
 Each test talks to the server over a real socket with httpx. Trio tests run under
-pytest-trio; those using its ``autojump_clock`` fixture run on virtual time, so a handler's
-``anyio.sleep(5)`` takes no real time and the tests can assert exact durations.
+pytest-trio; those using the ``virtual_clock`` fixture (conftest.py) run on virtual time,
+so a handler's ``anyio.sleep(5)`` takes no real time and the tests can assert exact
+durations.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ async def test_drop_first_hangs_up_without_a_response_then_answers() -> None:
 
 @pytest.mark.trio
 async def test_async_handler_sees_the_request_and_may_be_slow(
-    autojump_clock: trio.testing.MockClock,
+    virtual_clock: trio.testing.MockClock,
 ) -> None:
     seen: list[Request] = []
 
@@ -139,7 +140,7 @@ async def test_redirect_and_fallback_replies() -> None:
 
 @pytest.mark.trio
 async def test_in_flight_counts_concurrent_requests_on_virtual_time(
-    autojump_clock: trio.testing.MockClock,
+    virtual_clock: trio.testing.MockClock,
 ) -> None:
     async def slow(request: Request) -> Reply:
         await anyio.sleep(10)
@@ -169,7 +170,7 @@ async def test_in_flight_counts_concurrent_requests_on_virtual_time(
 
 @pytest.mark.trio
 async def test_exit_cancels_a_handler_that_never_answers(
-    autojump_clock: trio.testing.MockClock,
+    virtual_clock: trio.testing.MockClock,
 ) -> None:
     async def never(request: Request) -> Reply:
         await anyio.sleep_forever()

@@ -6,24 +6,27 @@ made; 130 after SIGINT or SIGTERM, once the partial report is printed and the ou
 complete.
 
 Signals are caught as data, not as exceptions: while a crawl runs, SIGINT and SIGTERM go to
-a ``trio.open_signal_receiver`` whose task stops the crawl through its cancel scope. So a
-Ctrl-C never arrives as a KeyboardInterrupt inside an exception group halfway through a
-worker; the crawl unwinds like a deadline does, and the report is printed from the state
-that outlives it. Only a Ctrl-C outside that window (while starting up, or while printing the
-report) is a plain KeyboardInterrupt, which :func:`main` turns into status 130.
+a signal receiver (``anyio.open_signal_receiver``, which is Trio's on the Trio backend)
+whose task calls the engine's ``stop()``. So a Ctrl-C never arrives as a KeyboardInterrupt
+inside an exception group halfway through a worker, on any engine; the crawl unwinds like a
+deadline does, and the report is printed from the state that outlives it. Only a Ctrl-C
+outside that window (while starting up, or while printing the report) is a plain
+KeyboardInterrupt, which :func:`main` turns into status 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import trio
+import anyio
 
+from . import engine_anyio, engine_asyncio, engine_trio
 from ._config import (
     DEFAULT_MAX_REDIRECT,
     DEFAULT_MAX_TRIES,
@@ -35,7 +38,6 @@ from ._demo import serve_demo
 from ._fetch import __version__
 from ._output import JsonLinesWriter
 from ._report import format_report
-from .engine_trio import Crawler
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -43,8 +45,14 @@ if TYPE_CHECKING:
 LOGGER = logging.getLogger("trio_crawler")
 
 PROG = "trio-crawler"
-ENGINES = ("trio", "anyio-trio", "anyio-asyncio", "asyncio")
-AVAILABLE_ENGINES = ("trio",)
+AnyCrawler = engine_trio.Crawler | engine_anyio.Crawler | engine_asyncio.Crawler
+# --engine NAME: the Crawler class and the event loop (AnyIO backend) it runs on.
+ENGINES: dict[str, tuple[type[AnyCrawler], str]] = {
+    "trio": (engine_trio.Crawler, "trio"),
+    "anyio-trio": (engine_anyio.Crawler, "trio"),
+    "anyio-asyncio": (engine_anyio.Crawler, "asyncio"),
+    "asyncio": (engine_asyncio.Crawler, "asyncio"),
+}
 # The chapter's crawl.py defaults to 100 tasks on the command line (its Crawler class to 10).
 CLI_MAX_TASKS = 100
 EXIT_OK = 0
@@ -192,10 +200,6 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     args = build_parser().parse_args(argv)
     if args.engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {args.engine!r}")
-    if args.engine not in AVAILABLE_ENGINES:
-        raise UsageError(
-            f"--engine {args.engine} is not available in this version; use --engine trio"
-        )
     if args.serve_demo:
         if args.roots or args.demo:
             raise UsageError(
@@ -278,13 +282,14 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     logging.basicConfig(level=options.log_level, format="%(levelname)s %(name)s: %(message)s")
     if options.serve_demo:
-        return trio.run(_serve_demo_until_signal, options.port)
+        return anyio.run(_serve_demo_until_signal, options.port, backend="trio")
     report_stream = sys.stderr if options.output == "-" else sys.stdout
-    crawler: Crawler | None = None
+    crawler_class, backend = ENGINES[options.engine]
+    crawler: AnyCrawler | None = None
 
-    def make_crawler(roots: Sequence[str]) -> Crawler:
+    def make_crawler(roots: Sequence[str]) -> AnyCrawler:
         nonlocal crawler
-        crawler = Crawler(
+        crawler = crawler_class(
             roots,
             on_record=writer.write if writer is not None else None,
             **options.crawler_options,
@@ -292,7 +297,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return crawler
 
     try:
-        trio.run(_crawl_until_signal, make_crawler, options.roots, options.demo)
+        anyio.run(_crawl_until_signal, make_crawler, options.roots, options.demo, backend=backend)
     finally:
         if writer is not None:
             writer.close()
@@ -302,7 +307,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return EXIT_INTERRUPTED if crawler.finish_reason == "interrupted" else EXIT_OK
 
 
-def _report(crawler: Crawler) -> str:
+def _report(crawler: AnyCrawler) -> str:
     return format_report(
         crawler.done,
         elapsed=crawler.elapsed,
@@ -313,18 +318,23 @@ def _report(crawler: Crawler) -> str:
 
 
 async def _crawl_until_signal(
-    make_crawler: Callable[[Sequence[str]], Crawler], roots: Sequence[str], demo: bool
+    make_crawler: Callable[[Sequence[str]], AnyCrawler], roots: Sequence[str], demo: bool
 ) -> None:
-    """Crawl, with the demo server beside the crawl if asked, until done or signalled."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
+    """Crawl, with the demo server beside the crawl if asked, until done or signalled.
+
+    Written on AnyIO so that one function runs every engine: ``anyio.run`` with the Trio
+    backend is ``trio.run``, and the asyncio engine's plain coroutines run on the asyncio
+    backend as they would under ``asyncio.run``.
+    """
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as task_group:
             if demo:
-                roots = [await nursery.start(serve_demo)]
+                roots = [await task_group.start(serve_demo)]
             crawler = make_crawler(roots)
-            nursery.start_soon(_stop_on_signal, signals, crawler.stop)
+            task_group.start_soon(_stop_on_signal, signals, crawler.stop)
             await crawler.crawl()
             # The crawl is over: stop the demo server and the signal watcher.
-            nursery.cancel_scope.cancel("crawl complete")
+            task_group.cancel_scope.cancel("crawl complete")
 
 
 async def _stop_on_signal(signals: AsyncIterator[int], stop: Callable[[], None]) -> None:
@@ -334,13 +344,11 @@ async def _stop_on_signal(signals: AsyncIterator[int], stop: Callable[[], None])
 
 
 async def _serve_demo_until_signal(port: int) -> int:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            root = await nursery.start(
-                lambda task_status: serve_demo(port=port, task_status=task_status)
-            )
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as task_group:
+            root = await task_group.start(functools.partial(serve_demo, port=port))
             print(f"Serving the demo site at {root} (Ctrl-C to stop)", flush=True)
             async for _ in signals:
-                nursery.cancel_scope.cancel("signal")
+                task_group.cancel_scope.cancel("signal")
                 break
     return EXIT_INTERRUPTED

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     import httpx
 
+    from ._events import FetchRequest, Outcome
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -121,6 +122,37 @@ class CrawlerBase:
     def statistics(self) -> CrawlStatistics:
         """A frozen snapshot of the crawl's progress."""
         return self.state.statistics()
+
+    def stop(self) -> None:
+        """End the crawl now, as Ctrl-C does: in-flight requests are cancelled.
+
+        Safe to call from any task in the crawl's event loop, before or during ``crawl()``,
+        which then returns with ``finish_reason == "interrupted"``.
+        """
+        raise NotImplementedError
+
+    async def crawl(self) -> None:
+        """Run the crawl until nothing is left to fetch, the deadline, or :meth:`stop`.
+
+        Afterwards ``done``, ``seen_urls``, ``finish_reason`` and ``elapsed`` describe it,
+        whichever way it ended. A Crawler crawls once.
+
+        Raises:
+            RuntimeError: If this Crawler has crawled before.
+            ExceptionGroup: Only for a bug in the crawler; failures of the web are records.
+        """
+        raise NotImplementedError
+
+    async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
+        """One attempt bounded by the engine's cancel scope; raises only cancellation."""
+        raise NotImplementedError
+
+    async def _crawl_url(self, client: httpx.AsyncClient, request: FetchRequest) -> None:
+        """Attempt one URL until the core has its record (retries are the core's call)."""
+        retry: FetchRequest | None = request
+        while retry is not None:
+            outcome = await self._attempt(client, retry)
+            retry = self.state.attempt_finished(retry, outcome)
 
     def _start(self) -> None:
         if self._started:

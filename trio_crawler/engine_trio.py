@@ -77,25 +77,13 @@ class Crawler(CrawlerBase):
         self._progress = trio.Event()
 
     def stop(self) -> None:
-        """End the crawl now, as Ctrl-C does: in-flight requests are cancelled.
-
-        Safe to call from any task in the crawl's Trio run, before or during ``crawl()``,
-        which then returns with ``finish_reason == "interrupted"``.
-        """
+        """Cancel the crawl's cancel scope (see :meth:`CrawlerBase.stop`)."""
         if self.finish_reason is None:
             self.finish_reason = "interrupted"
         self._crawl_scope.cancel("crawl interrupted")
 
     async def crawl(self) -> None:
-        """Run the crawl until nothing is left to fetch, the deadline, or :meth:`stop`.
-
-        Afterwards ``done``, ``seen_urls``, ``finish_reason`` and ``elapsed`` describe it,
-        whichever way it ended. A Crawler crawls once.
-
-        Raises:
-            RuntimeError: If this Crawler has crawled before.
-            ExceptionGroup: Only for a bug in the crawler; failures of the web are records.
-        """
+        """A nursery of workers fed by a dispatcher (see :meth:`CrawlerBase.crawl`)."""
         self._start()
         start = trio.current_time()
         if self.config.max_time is not None:
@@ -132,10 +120,7 @@ class Crawler(CrawlerBase):
     async def _worker(self, request_receiver: trio.MemoryReceiveChannel[FetchRequest]) -> None:
         async with request_receiver, self._open_client() as client:
             async for request in request_receiver:
-                retry: FetchRequest | None = request
-                while retry is not None:
-                    outcome = await self._attempt(client, retry)
-                    retry = self.state.attempt_finished(retry, outcome)
+                await self._crawl_url(client, request)
                 self._progress.set()
 
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:

@@ -1,0 +1,131 @@
+"""The crawler on AnyIO: the Trio engine's design, on either backend (asyncio or Trio).
+
+Theory of operation
+-------------------
+This module is :mod:`trio_crawler.engine_trio` written against AnyIO's API, line for line,
+so it runs unchanged under ``anyio.run(..., backend="asyncio")`` and ``backend="trio"``.
+Read the two side by side: a nursery is a task group, a memory channel a memory object
+stream, ``trio.move_on_after`` ``anyio.move_on_after``. The design is the same:
+
+- a task group owns a dispatcher and ``max_tasks`` workers; no task outlives ``crawl()``;
+- the dispatcher is the only sender on a zero-buffer stream, so one request goes to one
+  idle worker, and the frontier stays data in :class:`~trio_crawler._state.CrawlState`
+  (a worker that sent new URLs into the stream it reads from would deadlock once a bounded
+  buffer filled);
+- when the core reports it is finished, the dispatcher closes its send stream and every
+  worker's ``async for`` ends: no task is ever cancelled to end a finished crawl;
+- one cancel scope bounds the crawl (``max_time``, :meth:`Crawler.stop`), another each
+  attempt; client cleanup is shielded and bounded.
+
+AnyIO gives asyncio code Trio's level-triggered cancellation: inside a cancelled AnyIO scope
+every checkpoint raises, even a native ``asyncio.sleep``, so a library that swallows one
+``CancelledError`` cannot keep a worker alive past the deadline (see
+docs/cancellation.md). Unlike Trio's, AnyIO's scopes and events can only be made inside a
+running event loop, so they are made in :meth:`Crawler.crawl`.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
+from ._events import FetchRequest, Outcome
+from ._fetch import fetch
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    import httpx
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+__all__ = ["Crawler", "FinishReason"]
+
+
+class Crawler(CrawlerBase):
+    """Crawl the web from ``roots`` on AnyIO (asyncio or Trio backend).
+
+    Takes the options of :class:`~trio_crawler._crawler.CrawlerBase`; construction raises
+    :class:`~trio_crawler.ConfigError` for an unusable one.
+    """
+
+    def _prepare(self) -> None:
+        self._crawl_scope: anyio.CancelScope | None = None
+
+    def stop(self) -> None:
+        """Cancel the crawl's cancel scope (see :meth:`CrawlerBase.stop`)."""
+        if self.finish_reason is None:
+            self.finish_reason = "interrupted"
+        if self._crawl_scope is not None:
+            self._crawl_scope.cancel("crawl interrupted")
+
+    async def crawl(self) -> None:
+        """A task group of workers fed by a dispatcher (see :meth:`CrawlerBase.crawl`)."""
+        self._start()
+        start = anyio.current_time()
+        self._crawl_scope = anyio.CancelScope()
+        self._progress = anyio.Event()
+        if self.config.max_time is not None:
+            self._crawl_scope.deadline = start + self.config.max_time
+        if self.finish_reason == "interrupted":  # stop() came before crawl()
+            self._crawl_scope.cancel("crawl interrupted")
+        try:
+            with self._crawl_scope:
+                async with anyio.create_task_group() as task_group:
+                    request_sender, request_receiver = anyio.create_memory_object_stream[
+                        FetchRequest
+                    ](0)
+                    async with request_receiver:
+                        for _ in range(self.config.max_tasks):
+                            task_group.start_soon(self._worker, request_receiver.clone())
+                    task_group.start_soon(self._dispatch, request_sender)
+            self._finish(deadline_passed=self._crawl_scope.cancelled_caught)
+        except BaseException:
+            self.finish_reason = "interrupted"
+            raise
+        finally:
+            self.elapsed = anyio.current_time() - start
+
+    async def _dispatch(self, request_sender: MemoryObjectSendStream[FetchRequest]) -> None:
+        """Hand queued requests to idle workers until the core says the crawl is done."""
+        async with request_sender:
+            while not self.state.finished:
+                request = self.state.next_request()
+                if request is not None:
+                    await request_sender.send(request)
+                    continue
+                # Nothing to hand out yet: wait until a worker finishes a URL (which may
+                # queue links or end the crawl). A fresh Event is made right after the old
+                # one fires, with no checkpoint in between, so no wake-up is lost.
+                await self._progress.wait()
+                self._progress = anyio.Event()
+
+    async def _worker(self, request_receiver: MemoryObjectReceiveStream[FetchRequest]) -> None:
+        async with request_receiver, self._open_client() as client:
+            async for request in request_receiver:
+                await self._crawl_url(client, request)
+                self._progress.set()
+
+    async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
+        """One attempt, bounded by ``timeout``; never raises except cancellation."""
+        with anyio.move_on_after(self.config.timeout):
+            try:
+                return await fetch(client, request.url)
+            except Exception as exc:
+                return self._unexpected_failure(request.url, exc)
+        return self._timeout_failure()
+
+    @asynccontextmanager
+    async def _open_client(self) -> AsyncIterator[httpx.AsyncClient]:
+        """The caller's shared client, or a client of this worker's own."""
+        if self._client is not None:
+            yield self._client
+            return
+        client = self._new_worker_client()
+        try:
+            yield client
+        finally:
+            with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+                await client.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,25 @@ def test_public_names() -> None:
     assert trio_crawler.Crawler is Crawler
     for name in trio_crawler.__all__:
         assert getattr(trio_crawler, name) is not None
+
+
+def test_every_engine_has_the_same_crawler() -> None:
+    from trio_crawler import engine_anyio, engine_asyncio, engine_trio
+
+    signatures = {
+        module.__name__: inspect.signature(module.Crawler)
+        for module in (engine_trio, engine_anyio, engine_asyncio)
+    }
+    assert len(set(signatures.values())) == 1, signatures
+    for module in (engine_trio, engine_anyio, engine_asyncio):
+        crawler = module.Crawler(["example.com"], max_tasks=3)
+        assert (crawler.seen_urls, crawler.done, crawler.max_tasks) == (
+            {"http://example.com/"},
+            [],
+            3,
+        )
+        assert callable(crawler.crawl)
+        assert callable(crawler.stop)
 
 
 def test_fetch_statistic_fields_are_the_contract() -> None:

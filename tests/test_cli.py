@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from conftest import CONTRACT_KEYS
 
 from trio_crawler._cli import ENGINES, parse_args
 from trio_crawler._demo import build_demo_site
@@ -25,17 +26,6 @@ from trio_crawler._demo import build_demo_site
 from httpserver import Reply, Request, open_test_server
 
 HANG_LIMIT = 60  # real seconds; generous for a loaded CI machine
-CONTRACT_KEYS = [
-    "url",
-    "next_url",
-    "status",
-    "exception",
-    "size",
-    "content_type",
-    "encoding",
-    "num_urls",
-    "num_new_urls",
-]
 
 
 async def run_cli(*args: str) -> subprocess.CompletedProcess[bytes]:

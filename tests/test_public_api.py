@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CONTRACT_KEYS
 
 import trio_crawler
 
@@ -49,17 +50,7 @@ def test_every_engine_has_the_same_crawler() -> None:
 
 def test_fetch_statistic_fields_are_the_contract() -> None:
     fields = list(trio_crawler.FetchStatistic.__dataclass_fields__)
-    assert fields == [
-        "url",
-        "next_url",
-        "status",
-        "exception",
-        "size",
-        "content_type",
-        "encoding",
-        "num_urls",
-        "num_new_urls",
-    ]
+    assert fields == CONTRACT_KEYS
 
 
 def test_crawler_signature_is_the_contract() -> None:

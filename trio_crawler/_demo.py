@@ -867,6 +867,14 @@ async def _stop_when_cancelled(
         serving_scope.deadline = anyio.current_time() + _SHUTDOWN_LIMIT
 
 
+# The demo is crawled by crawlers with no concurrency cap (the chapter's first two stages,
+# examples/01 and 02), which open a connection per URL at once: a few hundred. Hypercorn's
+# defaults (a backlog of 100, 5 s to read a request on a new connection) drop some of them
+# on a loaded machine. 1024 is Linux's default somaxconn since 5.4.
+_BACKLOG = 1024
+_KEEP_ALIVE_TIMEOUT = 30.0
+
+
 def _listening_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
@@ -875,7 +883,7 @@ def _listening_socket(host: str, port: int) -> socket.socket:
         # can be restarted at once while old connections sit in TIME_WAIT.
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
-        listener.listen(Config.backlog)
+        listener.listen(_BACKLOG)
     except BaseException:
         listener.close()
         raise
@@ -886,6 +894,8 @@ def _hypercorn_config(fileno: int) -> Config:
     config = Config()
     config.bind = [f"fd://{fileno}"]
     config.graceful_timeout = _GRACEFUL_TIMEOUT
+    config.backlog = _BACKLOG
+    config.keep_alive_timeout = _KEEP_ALIVE_TIMEOUT
     # No access log (the crawler's own report says what was fetched). The error log goes to a
     # logger of ours, so the CLI's logging setup governs it (its INFO line "Running on ..."
     # shows with -v). Given a string instead (the default is "-"), Hypercorn replaces the

@@ -1,0 +1,141 @@
+"""The library examples (04-06) run as their readers run them, against a real demo site.
+
+Each example runs as a subprocess, ``python examples/0N_....py ROOT ...`` from the
+repository root, against the demo site served in the test's own nursery; the assertions are
+on what it printed that it fetched. The examples print ``fetched <url> <status>`` lines, so
+the set of URLs must be the demo site's ``expected_urls``. Each example is also run once
+without a URL, when it serves the demo site itself, and must exit 0.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from trio_crawler._demo import build_demo_site, serve_demo
+
+REPO = Path(__file__).resolve().parent.parent
+FETCHED = re.compile(r"fetched (\S+) (\d{3}|None)")
+# Generous: an example imports httpx and friends, and may start a demo server of its own.
+EXAMPLE_LIMIT = 60
+
+TRIO_CRAWL = "examples/04_trio_crawl.py"
+ANYIO_CRAWL = "examples/05_anyio_on_asyncio.py"
+DEADLINE = "examples/06_deadline_and_ctrl_c.py"
+
+
+async def run_example(script: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(EXAMPLE_LIMIT):
+        return await trio.run_process(
+            [sys.executable, script, *args],
+            cwd=REPO,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+
+def fetched_urls(stdout: str) -> list[str]:
+    """The URLs of the ``fetched`` lines; every such line must be whole."""
+    urls = []
+    for line in stdout.splitlines():
+        if line.startswith("fetched"):
+            match = FETCHED.fullmatch(line)
+            assert match is not None, f"not a whole fetched line: {line!r}"
+            urls.append(match[1])
+    return urls
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param([TRIO_CRAWL], id="04-trio"),
+        pytest.param([ANYIO_CRAWL], id="05-anyio-asyncio"),
+        pytest.param([ANYIO_CRAWL, "--backend", "trio"], id="05-anyio-trio"),
+    ],
+)
+async def test_full_crawl_fetches_the_demo_site(args: list[str]) -> None:
+    async with trio.open_nursery() as nursery:
+        root = await nursery.start(serve_demo)
+        result = await run_example(args[0], root, *args[1:])
+        nursery.cancel_scope.cancel("example done")
+    stdout = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()
+    urls = fetched_urls(stdout)
+    expected = build_demo_site().expected_urls(root)
+    assert len(urls) == len(set(urls))
+    assert set(urls) == expected
+    assert f"{len(expected)} urls fetched, 8 redirects, 3 errors" in stdout.splitlines()
+
+
+@pytest.mark.trio
+async def test_deadline_stops_the_crawl_early() -> None:
+    async with trio.open_nursery() as nursery:
+        root = await nursery.start(serve_demo)
+        result = await run_example(DEADLINE, root, "--max-time", "0.05", "--max-tasks", "1")
+        nursery.cancel_scope.cancel("example done")
+    stdout = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()
+    assert "finish reason: deadline" in stdout.splitlines()
+    assert stdout.endswith("Finish reason: deadline\n")
+    urls = fetched_urls(stdout)
+    assert set(urls) < build_demo_site().expected_urls(root)
+    assert f"Done: {len(urls)}" in stdout.splitlines()
+
+
+@pytest.mark.trio
+async def test_ctrl_c_stops_the_crawl_cleanly() -> None:
+    async with trio.open_nursery() as nursery:
+        root = await nursery.start(serve_demo)
+        with trio.fail_after(EXAMPLE_LIMIT):
+            output = await interrupt_after_first_record(root)
+        nursery.cancel_scope.cancel("example done")
+    returncode, stdout = output
+    assert returncode == 130, stdout
+    assert "finish reason: interrupted" in stdout.splitlines()
+    assert stdout.endswith("Finish reason: interrupted\n")
+    urls = fetched_urls(stdout)
+    assert urls
+    assert set(urls) < build_demo_site().expected_urls(root)
+    assert f"Done: {len(urls)}" in stdout.splitlines()
+
+
+async def interrupt_after_first_record(root: str) -> tuple[int, str]:
+    """Run example 06 slowly, SIGINT it once a whole ``fetched`` line has arrived."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, DEADLINE, root, "--max-time", "60", "--max-tasks", "1"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    received = bytearray()
+    try:
+        signalled = False
+        while chunk := await process.stdout.receive_some():
+            received += chunk
+            if not signalled and re.search(rb"^fetched .*\n", received, re.MULTILINE):
+                process.send_signal(signal.SIGINT)
+                signalled = True
+        await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+        await process.stdout.aclose()
+    return process.returncode, received.decode()
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("script", [TRIO_CRAWL, ANYIO_CRAWL, DEADLINE])
+async def test_example_serves_its_own_demo_without_a_url(script: str) -> None:
+    result = await run_example(script)
+    assert result.returncode == 0, result.stderr.decode()
+    assert fetched_urls(result.stdout.decode())

@@ -14,7 +14,8 @@ Nothing needs a lock: a callback is never interrupted by another one.
 What it lacks, compared with stage 2 (``02_generator_coroutines.py``): a way to write one
 fetch as one function, with local variables that survive each wait. Like the chapter's first
 stage it also lacks redirects (a 3xx is just recorded), retries and error reports: a failed
-connection or read just ends that URL. Links come from a naive ``href`` regex; the library
+connection or read just ends that URL. Links come from a naive ``href`` regex (in ``_demo``,
+shared with stage 2); the library
 uses a real HTML parser (``trio_crawler._links``), which also honours ``<base>`` and charsets.
 
 Run it::
@@ -27,16 +28,13 @@ per URL, then ``<N> urls fetched``.
 
 from __future__ import annotations
 
-import re
 import socket
 from contextlib import suppress
 from selectors import EVENT_READ, EVENT_WRITE, DefaultSelector, SelectorKey
-from urllib.parse import quote, urldefrag, urljoin, urlsplit
+from urllib.parse import urlsplit
 
-from _demo import demo_root
+from _demo import demo_root, parse_response
 
-# Good enough for the demo's markup; the library uses a real parser instead.
-HREF = re.compile(rb"""href=["']([^"']+)["']""", re.IGNORECASE)
 # The characters left as they are when a URL is percent-encoded (RFC 3986 reserved and
 # unreserved, plus "%" so an already-encoded URL is not encoded twice).
 URL_SAFE = "/%:@!$&'()*+,;=-._~?#"
@@ -46,26 +44,6 @@ urls_todo: set[str] = set()
 seen_urls: set[str] = set()
 stopped = False
 fetched = 0
-
-
-def parse_response(url: str, response: bytes) -> tuple[str, set[str]]:
-    """The status code, and for an HTML 200 the same-host http links, without fragments."""
-    head, _, body = response.partition(b"\r\n\r\n")
-    status_line, *headers = head.decode("latin-1").lower().split("\r\n")
-    words = status_line.split()
-    status = words[1] if len(words) > 1 else "error"  # No status line: nothing came back.
-    if status != "200" or not any(
-        h.startswith("content-type:") and "text/html" in h for h in headers
-    ):
-        return status, set()
-    links = set()
-    for match in HREF.finditer(body):
-        # Latin-1 never fails to decode; quote() then spells non-ASCII as UTF-8 escapes.
-        link = quote(urldefrag(urljoin(url, match.group(1).decode("latin-1"))).url, safe=URL_SAFE)
-        parts = urlsplit(link)
-        if parts.scheme == "http" and parts.netloc == urlsplit(url).netloc:
-            links.add(link)
-    return status, links
 
 
 class Fetcher:

@@ -15,8 +15,8 @@ What it lacks, compared with stage 2 (``02_generator_coroutines.py``): a way to 
 fetch as one function, with local variables that survive each wait. Like the chapter's first
 stage it also lacks redirects (a 3xx is just recorded), retries and error reports: a failed
 connection or read just ends that URL. Links come from a naive ``href`` regex (in ``_demo``,
-shared with stage 2); the library
-uses a real HTML parser (``trio_crawler._links``), which also honours ``<base>`` and charsets.
+shared with stage 2); the library uses a real HTML parser (``trio_crawler._links``), which
+also honours ``<base>`` and charsets.
 
 Run it::
 

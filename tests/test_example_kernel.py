@@ -3,15 +3,17 @@
 The crawl runs as a reader runs it, a subprocess given the root of a demo site this test serves.
 The kernel is imported from the file (its name starts with a digit, so through importlib) and
 each of its promises gets a test: the parent waits for its children, a child's error cancels
-its siblings and reaches the parent, and cancellation is level-triggered. Every ``run()`` gets
-``give_up_after``, the kernel's own hang detector, so a broken kernel fails instead of hanging.
+its siblings and reaches the parent, and cancellation is level-triggered. Each kernel test runs
+under an alarm (``give_up``), so a broken kernel fails instead of hanging.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
@@ -23,7 +25,7 @@ import trio_crawler._demo
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "examples/03_direct_scheduling.py"
-GIVE_UP_AFTER = 10.0  # seconds: the kernel tests below take milliseconds
+GIVE_UP_AFTER = 10  # seconds: the kernel tests below take milliseconds
 
 
 def load_example() -> ModuleType:
@@ -38,6 +40,20 @@ def load_example() -> ModuleType:
 
 
 kernel = load_example()
+
+
+@pytest.fixture
+def give_up() -> Iterator[None]:
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError(f"kernel.run() still going after {GIVE_UP_AFTER} seconds")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(GIVE_UP_AFTER)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.trio
@@ -65,6 +81,7 @@ async def test_crawls_the_demo_site_once_per_url() -> None:
     assert lines[-1] == f"{len(urls)} urls fetched"
 
 
+@pytest.mark.usefixtures("give_up")
 def test_parent_waits_for_its_children() -> None:
     log: list[str] = []
 
@@ -78,10 +95,11 @@ def test_parent_waits_for_its_children() -> None:
             nursery.spawn(child("fast", 0.01))
         log.append("parent")
 
-    kernel.run(parent(), give_up_after=GIVE_UP_AFTER)
+    kernel.run(parent())
     assert log == ["fast", "slow", "parent"]
 
 
+@pytest.mark.usefixtures("give_up")
 def test_child_error_cancels_siblings_and_reaches_the_parent() -> None:
     log: list[str] = []
 
@@ -105,11 +123,12 @@ def test_child_error_cancels_siblings_and_reaches_the_parent() -> None:
 
     started = time.monotonic()
     with pytest.raises(ValueError, match="child failed"):
-        kernel.run(parent(), give_up_after=GIVE_UP_AFTER)
+        kernel.run(parent())
     assert log == ["sibling cancelled"]
     assert time.monotonic() - started < GIVE_UP_AFTER / 2
 
 
+@pytest.mark.usefixtures("give_up")
 def test_cancellation_is_level_triggered() -> None:
     caught: list[str] = []
 
@@ -126,5 +145,5 @@ def test_cancellation_is_level_triggered() -> None:
         await kernel.Trap("sleep_until", time.monotonic())  # outside the scope: runs normally
         return "after the scope"
 
-    assert kernel.run(stubborn(), give_up_after=GIVE_UP_AFTER) == "after the scope"
+    assert kernel.run(stubborn()) == "after the scope"
     assert caught == ["attempt 0", "attempt 1", "attempt 2"]

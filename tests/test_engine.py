@@ -37,9 +37,13 @@ def page(*hrefs: str, extra: str = "") -> Reply:
 
 async def crawl(engine: Engine, roots: list[str] | str, **options: Any) -> CrawlerBase:
     crawler = engine.crawler([roots] if isinstance(roots, str) else roots, **options)
-    with anyio.fail_after(HANG_LIMIT):
-        await crawler.crawl()  # type: ignore[attr-defined]
+    await run_crawl(crawler)
     return crawler
+
+
+async def run_crawl(crawler: CrawlerBase) -> None:
+    with anyio.fail_after(HANG_LIMIT):
+        await crawler.crawl()
 
 
 def by_url(crawler: CrawlerBase) -> dict[str, FetchStatistic]:
@@ -376,15 +380,10 @@ async def test_stop_before_the_crawl_starts(engine: Engine) -> None:
     async with open_test_server({"/": page()}) as server:
         crawler = engine.crawler([server.url()])
         crawler.stop()
-        await crawl_started(crawler)
+        await run_crawl(crawler)
     assert crawler.finish_reason == "interrupted"
     assert crawler.done == []
     assert server.requests == []
-
-
-async def crawl_started(crawler: CrawlerBase) -> None:
-    with anyio.fail_after(HANG_LIMIT):
-        await crawler.crawl()  # type: ignore[attr-defined]
 
 
 SITE_PAGES = 2000

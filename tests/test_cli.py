@@ -183,7 +183,7 @@ async def test_signal_stops_the_crawl_with_status_130(
         async with open_test_server(routes) as server, trio.open_nursery() as nursery:
             command = [
                 *[sys.executable, "-m", "trio_crawler", "--engine", engine],
-                *["-o", str(output), server.url()],
+                *["--grace", "0", "-o", str(output), server.url()],
             ]
             with report_path.open("wb") as report_file:
                 run = functools.partial(trio.run_process, command, stdout=report_file, check=False)

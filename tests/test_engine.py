@@ -36,6 +36,9 @@ def page(*hrefs: str, extra: str = "") -> Reply:
 
 
 async def crawl(engine: Engine, roots: list[str] | str, **options: Any) -> CrawlerBase:
+    # These tests are about the crawl itself; robots.txt (on by default) has its own in
+    # test_manners.py, and here would add a /robots.txt request to every count of hits.
+    options.setdefault("obey_robots", False)
     crawler = engine.crawler([roots] if isinstance(roots, str) else roots, **options)
     await run_crawl(crawler)
     return crawler
@@ -365,7 +368,7 @@ async def test_stop_interrupts_the_crawl(engine: Engine) -> None:
         raise AssertionError("unreachable")
 
     async with open_test_server({"/": page("/slow"), "/slow": never}) as server:
-        crawler = engine.crawler([server.url()])
+        crawler = engine.crawler([server.url()], obey_robots=False)
         with anyio.fail_after(HANG_LIMIT):
             async with anyio.create_task_group() as task_group:
                 task_group.start_soon(crawler.crawl)
@@ -378,7 +381,7 @@ async def test_stop_interrupts_the_crawl(engine: Engine) -> None:
 
 async def test_stop_before_the_crawl_starts(engine: Engine) -> None:
     async with open_test_server({"/": page()}) as server:
-        crawler = engine.crawler([server.url()])
+        crawler = engine.crawler([server.url()], obey_robots=False)
         crawler.stop()
         await run_crawl(crawler)
     assert crawler.finish_reason == "interrupted"

@@ -15,6 +15,9 @@ ROOT = "http://example.com/"
 
 
 def make_state(*roots: str, **options: object) -> tuple[CrawlState, list[FetchStatistic]]:
+    # robots.txt has tests of its own (test_state_manners.py); here it would only add a
+    # robots request before each origin's first URL.
+    options.setdefault("obey_robots", False)
     written: list[FetchStatistic] = []
     config = CrawlConfig.create(roots or [ROOT], **options)  # type: ignore[arg-type]
     return CrawlState(config, on_record=written.append), written

@@ -17,27 +17,35 @@ KeyboardInterrupt, which :func:`main` turns into status 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
+import math
+import platform
 import signal
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
+import trio
 
 from . import engine_anyio, engine_asyncio, engine_trio
 from ._config import (
     DEFAULT_MAX_REDIRECT,
+    DEFAULT_MAX_SIZE,
     DEFAULT_MAX_TRIES,
+    DEFAULT_MAX_URL_LENGTH,
     DEFAULT_TIMEOUT,
     ConfigError,
     CrawlConfig,
 )
 from ._demo import serve_demo
-from ._fetch import __version__
+from ._fetch import DEFAULT_USER_AGENT, __version__, http_library
 from ._output import JsonLinesWriter
+from ._progress import ProgressDisplay
 from ._report import format_report
+from ._warc import WarcWriter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -58,12 +66,19 @@ CLI_MAX_TASKS = 100
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention for "killed by Ctrl-C"
+# Seconds the requests in flight get to finish after the first Ctrl-C: a page on a healthy
+# site takes well under a second, and five is short enough that nobody reaches for kill -9.
+DEFAULT_GRACE = 5.0
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 EXAMPLES = """\
 examples:
-  trio-crawler --demo                        crawl the bundled demo site, offline
-  trio-crawler -o pages.jsonl example.com    crawl a site, one JSON record per URL
-  trio-crawler --max-time 60 --exclude '\\?' --lenient https://www.example.org/
+  trio-crawler --demo
+      crawl the bundled demo site, offline, and print the report
+  trio-crawler -o pages.jsonl --max-pages 500 example.com
+      crawl up to 500 pages of a site, one JSON record per URL
+  trio-crawler --delay 1 --max-per-host 2 --warc site.warc.gz https://www.example.org/
+      crawl politely and archive every request and response
 """
 
 
@@ -82,15 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (numbers are taken as text and checked by :func:`parse_args`)."""
     parser = _Parser(
         prog=PROG,
-        description="Crawl web sites from ROOT URLs with Trio, the way the 500 Lines "
-        "asyncio crawler does, and report every URL.",
+        description="Crawl web sites from ROOT URLs with Trio, the way the 500 Lines\n"
+        "asyncio crawler does, and report every URL. robots.txt is obeyed.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "roots", nargs="*", metavar="ROOT", help="root URL (http:// is added if no scheme)"
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
 
     what = parser.add_argument_group("what to crawl")
     what.add_argument(
@@ -117,40 +132,91 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="hosts match when their last two labels match a root host's",
     )
+    what.add_argument(
+        "--engine",
+        default="trio",
+        metavar="{" + ",".join(ENGINES) + "}",
+        help="which scheduler runs the crawl (default trio)",
+    )
 
     limits = parser.add_argument_group("limits")
-    limits.add_argument(
+    _number_option(
+        limits,
         "--max-redirect",
         "--max_redirect",
-        dest="max_redirect",
-        metavar="N",
-        default=str(DEFAULT_MAX_REDIRECT),
-        help=f"redirects followed from any one URL (default {DEFAULT_MAX_REDIRECT})",
+        default=DEFAULT_MAX_REDIRECT,
+        help="redirects followed from any one URL",
     )
-    limits.add_argument(
+    _number_option(
+        limits,
         "--max-tries",
         "--max_tries",
-        dest="max_tries",
-        metavar="N",
-        default=str(DEFAULT_MAX_TRIES),
-        help=f"attempts per URL on network errors (default {DEFAULT_MAX_TRIES})",
+        default=DEFAULT_MAX_TRIES,
+        help="attempts per URL on network errors",
     )
-    limits.add_argument(
+    _number_option(
+        limits,
         "--max-tasks",
         "--max_tasks",
-        dest="max_tasks",
-        metavar="N",
-        default=str(CLI_MAX_TASKS),
-        help=f"concurrent workers and requests (default {CLI_MAX_TASKS})",
+        default=CLI_MAX_TASKS,
+        help="concurrent workers and requests",
     )
-    limits.add_argument(
+    _number_option(
+        limits,
         "--timeout",
         metavar="SECONDS",
-        default=str(DEFAULT_TIMEOUT),
-        help=f"limit for one request attempt (default {DEFAULT_TIMEOUT:g})",
+        default=DEFAULT_TIMEOUT,
+        help="limit for one whole request attempt, connect to last byte",
     )
-    limits.add_argument(
-        "--max-time", metavar="SECONDS", help="deadline for the whole crawl (default: none)"
+    _number_option(
+        limits, "--max-time", metavar="SECONDS", help="deadline for the whole crawl (default: none)"
+    )
+    _number_option(limits, "--max-pages", help="records to make at most (default: no limit)")
+    _number_option(
+        limits,
+        "--max-depth",
+        help="link hops from a root; redirects are not hops (default: no limit)",
+    )
+    _number_option(
+        limits,
+        "--max-size",
+        metavar="BYTES",
+        default=DEFAULT_MAX_SIZE,
+        help="body bytes read from one response, after decompression",
+    )
+    _number_option(
+        limits,
+        "--max-url-length",
+        metavar="CHARS",
+        default=DEFAULT_MAX_URL_LENGTH,
+        help="longer links are skipped",
+    )
+    _number_option(
+        limits,
+        "--grace",
+        metavar="SECONDS",
+        default=DEFAULT_GRACE,
+        help="after Ctrl-C, time for requests in flight to finish",
+    )
+
+    manners = parser.add_argument_group("manners")
+    manners.add_argument(
+        "--ignore-robots", action="store_true", help="do not fetch or obey robots.txt"
+    )
+    manners.add_argument(
+        "--user-agent",
+        metavar="STRING",
+        help=f"the User-Agent header (default {DEFAULT_USER_AGENT})",
+    )
+    _number_option(
+        manners, "--max-per-host", help="concurrent requests to one host (default: --max-tasks)"
+    )
+    _number_option(
+        manners,
+        "--delay",
+        metavar="SECONDS",
+        default=0,
+        help="between two requests to one host; robots.txt Crawl-delay can raise it",
     )
 
     output = parser.add_argument_group("output")
@@ -161,6 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="write one JSON record per finished URL ('-' for stdout)",
     )
     output.add_argument(
+        "--warc",
+        metavar="FILE",
+        help="archive every request and response in a WARC file (.warc or .warc.gz)",
+    )
+    output.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no live progress line (it is shown only when stderr is a terminal)",
+    )
+    output.add_argument(
         "-v",
         "--verbose",
         action="count",
@@ -168,13 +244,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="more logging on stderr (-v info, -vv debug)",
     )
     output.add_argument("-q", "--quiet", action="store_true", help="log errors only")
-    output.add_argument(
-        "--engine",
-        default="trio",
-        metavar="{" + ",".join(ENGINES) + "}",
-        help="which scheduler runs the crawl (default trio)",
-    )
     return parser
+
+
+def _number_option(
+    group: argparse._ArgumentGroup,
+    *flags: str,
+    help: str,
+    metavar: str = "N",
+    default: float | None = None,
+) -> None:
+    """An option taken as text (checked by :func:`parse_args`), its default in its help."""
+    dest = flags[0].lstrip("-").replace("-", "_")
+    text = None if default is None else str(default) if isinstance(default, int) else f"{default:g}"
+    group.add_argument(
+        *flags,
+        dest=dest,
+        metavar=metavar,
+        default=text,
+        help=help if text is None else f"{help} (default {text})",
+    )
+
+
+def version_line() -> str:
+    """``trio-crawler X.Y.Z`` with the versions that matter when reporting a bug."""
+    python = platform.python_version()
+    return f"{PROG} {__version__} ({http_library()}, trio {trio.__version__}, Python {python})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,8 +282,27 @@ class Options:
     port: int
     crawler_options: dict[str, Any]
     output: str | None
+    warc: str | None
+    progress: bool
+    grace: float
     log_level: int
     engine: str
+
+
+# (flag, Python name, type) of the options the Crawler takes as they are.
+_CRAWLER_NUMBERS: list[tuple[str, str, Callable[[str], Any]]] = [
+    ("--max-redirect", "max_redirect", int),
+    ("--max-tries", "max_tries", int),
+    ("--max-tasks", "max_tasks", int),
+    ("--timeout", "timeout", float),
+    ("--max-time", "max_time", float),
+    ("--max-pages", "max_pages", int),
+    ("--max-depth", "max_depth", int),
+    ("--max-size", "max_size", int),
+    ("--max-url-length", "max_url_length", int),
+    ("--max-per-host", "max_per_host", int),
+    ("--delay", "delay", float),
+]
 
 
 def parse_args(argv: Sequence[str] | None) -> Options:
@@ -214,15 +328,19 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     port = _number(args.port, "--port", int) if args.port is not None else 0
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be from 0 to 65535, not {port}")
+    grace = _number(args.grace, "--grace", float)
+    if not (0 <= grace < math.inf):
+        raise UsageError(f"--grace must be a number of seconds >= 0, not {args.grace!r}")
     crawler_options: dict[str, Any] = {
         "exclude": args.exclude,
         "strict": args.strict,
-        "max_redirect": _number(args.max_redirect, "--max-redirect", int),
-        "max_tries": _number(args.max_tries, "--max-tries", int),
-        "max_tasks": _number(args.max_tasks, "--max-tasks", int),
-        "timeout": _number(args.timeout, "--timeout", float),
-        "max_time": None if args.max_time is None else _number(args.max_time, "--max-time", float),
+        "obey_robots": not args.ignore_robots,
+        "user_agent": args.user_agent,
     }
+    for flag, name, kind in _CRAWLER_NUMBERS:
+        text = getattr(args, name)
+        if text is not None:
+            crawler_options[name] = _number(text, flag, kind)
     # Check every crawl option now, before any server starts or request is made; the demo's
     # root is not known yet, so a stand-in root is checked in its place.
     try:
@@ -242,6 +360,9 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         port=port,
         crawler_options=crawler_options,
         output=args.output,
+        warc=args.warc,
+        progress=not args.no_progress,
+        grace=grace,
         log_level=log_level,
         engine=args.engine,
     )
@@ -273,16 +394,45 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     try:
         options = parse_args(argv)
-        writer = JsonLinesWriter.open(options.output) if options.output is not None else None
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except OSError as exc:
-        print(f"{PROG}: error: --output {options.output!r}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
-    logging.basicConfig(level=options.log_level, format="%(levelname)s %(name)s: %(message)s")
-    if options.serve_demo:
-        return anyio.run(_serve_demo_until_signal, options.port, backend="trio")
+    with contextlib.ExitStack() as outputs:
+        try:
+            writer = None if options.output is None else JsonLinesWriter.open(options.output)
+            if writer is not None:
+                outputs.callback(writer.close)
+            warc = None if options.warc is None else WarcWriter.open(options.warc)
+            if warc is not None:
+                outputs.callback(warc.close)
+        except OSError as exc:
+            flag = "--output" if options.warc is None or writer is None else "--warc"
+            name = exc.filename if exc.filename is not None else options.output
+            print(f"{PROG}: error: {flag} {name!r}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+        progress = _open_progress(options)
+        handler = progress.log_handler() if progress is not None else logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(LOG_FORMAT if progress is None else "%(message)s"))
+        logging.basicConfig(level=options.log_level, handlers=[handler], force=True)
+        if options.serve_demo:
+            return anyio.run(_serve_demo_until_signal, options.port, backend="trio")
+        return _run_crawl(options, writer, warc, progress)
+    raise AssertionError("unreachable")  # pragma: no cover (ExitStack swallows nothing)
+
+
+def _open_progress(options: Options) -> ProgressDisplay | None:
+    """The live display, when stderr is a terminal we may draw on."""
+    if options.serve_demo or not options.progress or not sys.stderr.isatty():
+        return None
+    return ProgressDisplay()
+
+
+def _run_crawl(
+    options: Options,
+    writer: JsonLinesWriter | None,
+    warc: WarcWriter | None,
+    progress: ProgressDisplay | None,
+) -> int:
     report_stream = sys.stderr if options.output == "-" else sys.stdout
     crawler_class, backend = ENGINES[options.engine]
     crawler: AnyCrawler | None = None
@@ -292,15 +442,23 @@ def _main(argv: Sequence[str] | None) -> int:
         crawler = crawler_class(
             roots,
             on_record=writer.write if writer is not None else None,
+            on_exchange=warc.write_exchange if warc is not None else None,
+            on_progress=progress.update if progress is not None else None,
             **options.crawler_options,
         )
         return crawler
 
     try:
-        anyio.run(_crawl_until_signal, make_crawler, options.roots, options.demo, backend=backend)
+        with progress if progress is not None else contextlib.nullcontext():
+            anyio.run(
+                _crawl_until_signal,
+                make_crawler,
+                options.roots,
+                options.demo,
+                options.grace,
+                backend=backend,
+            )
     finally:
-        if writer is not None:
-            writer.close()
         if crawler is not None:
             print(_report(crawler), end="", file=report_stream, flush=True)
     assert crawler is not None
@@ -314,11 +472,15 @@ def _report(crawler: AnyCrawler) -> str:
         max_tasks=crawler.max_tasks,
         todo=crawler.statistics().todo,
         finish_reason=crawler.finish_reason or "interrupted",
+        extra_counters=crawler.limit_counts,
     )
 
 
 async def _crawl_until_signal(
-    make_crawler: Callable[[Sequence[str]], AnyCrawler], roots: Sequence[str], demo: bool
+    make_crawler: Callable[[Sequence[str]], AnyCrawler],
+    roots: Sequence[str],
+    demo: bool,
+    grace: float,
 ) -> None:
     """Crawl, with the demo server beside the crawl if asked, until done or signalled.
 
@@ -331,16 +493,30 @@ async def _crawl_until_signal(
             if demo:
                 roots = [await task_group.start(serve_demo)]
             crawler = make_crawler(roots)
-            task_group.start_soon(_stop_on_signal, signals, crawler.stop)
+            task_group.start_soon(_stop_on_signal, signals, crawler.stop, grace)
             await crawler.crawl()
             # The crawl is over: stop the demo server and the signal watcher.
             task_group.cancel_scope.cancel("crawl complete")
 
 
-async def _stop_on_signal(signals: AsyncIterator[int], stop: Callable[[], None]) -> None:
+async def _stop_on_signal(
+    signals: AsyncIterator[int], stop: Callable[[float], None], grace: float
+) -> None:
+    """First signal: stop scheduling, with a grace period; second: stop at once."""
+    first = True
     async for signum in signals:
-        LOGGER.warning("got %s: stopping the crawl", signal.Signals(signum).name)
-        stop()
+        name = signal.Signals(signum).name
+        if first and grace > 0:
+            LOGGER.warning(
+                "got %s: finishing the requests in flight (up to %g s; again to stop now)",
+                name,
+                grace,
+            )
+            stop(grace)
+        else:
+            LOGGER.warning("got %s: stopping the crawl now", name)
+            stop(0.0)
+        first = False
 
 
 async def _serve_demo_until_signal(port: int) -> int:

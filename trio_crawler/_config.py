@@ -26,6 +26,17 @@ DEFAULT_MAX_TASKS = 10
 # One request attempt, connect to last byte. The chapter had none; 10 s is wget's
 # connect-timeout order of magnitude and long enough for slow pages on a real site.
 DEFAULT_TIMEOUT = 10.0
+# Bodies above this are cut off, counted after Content-Encoding is undone so that a gzip
+# bomb stops here too. 10 MiB is far above any real HTML page, and Scrapy's and wget's order
+# of magnitude for "this is not a page".
+DEFAULT_MAX_SIZE = 10 * 1024 * 1024
+# The longest link followed: Internet Explorer's old limit, which Scrapy's URLLENGTH_LIMIT
+# also uses. Longer links are almost always traps (session IDs, recursive query strings).
+DEFAULT_MAX_URL_LENGTH = 2083
+# No host may make the crawl wait longer than this between two of its requests, whatever
+# its Crawl-delay or Retry-After says: a server asking for an hour would otherwise stall
+# the crawl's end for an hour. A minute is Scrapy's AUTOTHROTTLE_MAX_DELAY default.
+MAX_HOST_DELAY = 60.0
 
 
 class ConfigError(ValueError):
@@ -53,6 +64,14 @@ class CrawlConfig:
     max_tasks: int = DEFAULT_MAX_TASKS
     timeout: float = DEFAULT_TIMEOUT
     max_time: float | None = None
+    max_size: int = DEFAULT_MAX_SIZE
+    max_url_length: int = DEFAULT_MAX_URL_LENGTH
+    max_pages: int | None = None
+    max_depth: int | None = None
+    obey_robots: bool = True
+    user_agent: str | None = None  # None: _fetch.DEFAULT_USER_AGENT
+    max_per_host: int | None = None
+    delay: float = 0.0
 
     @classmethod
     def create(
@@ -66,6 +85,14 @@ class CrawlConfig:
         max_tasks: int = DEFAULT_MAX_TASKS,
         timeout: float = DEFAULT_TIMEOUT,
         max_time: float | None = None,
+        max_size: int = DEFAULT_MAX_SIZE,
+        max_url_length: int = DEFAULT_MAX_URL_LENGTH,
+        max_pages: int | None = None,
+        max_depth: int | None = None,
+        obey_robots: bool = True,
+        user_agent: str | None = None,
+        max_per_host: int | None = None,
+        delay: float = 0.0,
     ) -> CrawlConfig:
         """Validate the options and build the config.
 
@@ -96,6 +123,29 @@ class CrawlConfig:
         _check_seconds("timeout", timeout)
         if max_time is not None:
             _check_seconds("max_time", max_time)
+        _check_int("max_size", max_size, minimum=1)
+        _check_int("max_url_length", max_url_length, minimum=1)
+        if max_pages is not None:
+            _check_int("max_pages", max_pages, minimum=1)
+        if max_depth is not None:
+            _check_int("max_depth", max_depth, minimum=0)
+        if max_per_host is not None:
+            _check_int("max_per_host", max_per_host, minimum=1)
+        if isinstance(delay, bool) or not isinstance(delay, int | float):
+            raise ConfigError("delay", f"must be a number of seconds, not {delay!r}")
+        if not (0 <= delay <= MAX_HOST_DELAY):
+            raise ConfigError(
+                "delay", f"must be from 0 to {MAX_HOST_DELAY:g} seconds, not {delay!r}"
+            )
+        if user_agent is None:
+            pass
+        elif not isinstance(user_agent, str) or not user_agent.strip():
+            raise ConfigError("user_agent", f"must be a non-empty string, not {user_agent!r}")
+        elif not user_agent.isprintable() or not user_agent.isascii():
+            # A header value with a newline would smuggle headers; httpx refuses non-ASCII.
+            raise ConfigError(
+                "user_agent", f"must be printable ASCII (one header line), not {user_agent!r}"
+            )
         return cls(
             roots=tuple(normalized),
             scope=Scope(normalized, strict=strict, exclude=pattern),
@@ -104,6 +154,14 @@ class CrawlConfig:
             max_tasks=max_tasks,
             timeout=float(timeout),
             max_time=None if max_time is None else float(max_time),
+            max_size=max_size,
+            max_url_length=max_url_length,
+            max_pages=max_pages,
+            max_depth=max_depth,
+            obey_robots=bool(obey_robots),
+            user_agent=user_agent,
+            max_per_host=max_per_host,
+            delay=float(delay),
         )
 
 

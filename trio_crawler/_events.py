@@ -9,7 +9,8 @@ values is what lets four engines with different schedulers share one core.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,12 +22,60 @@ class FetchRequest:
         redirects_left: How many more redirects may be followed from the chain this URL is in.
         attempt: 1 for the first try; the core hands out ``attempt + 1`` for a retry.
         depth: Link hops from a root (a redirect is not a hop).
+        robots: True for a :class:`RobotsRequest` (a class attribute, so a million queued
+            requests don't each carry it).
     """
 
+    robots: ClassVar[bool] = False
     url: str
     redirects_left: int
     attempt: int = 1
     depth: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RobotsRequest(FetchRequest):
+    """A fetch of an origin's robots.txt. It makes no record; its outcome sets the rules.
+
+    Attributes:
+        origin: The origin whose rules it decides (``url`` may be a redirect's target).
+    """
+
+    robots: ClassVar[bool] = True
+    origin: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exchange:
+    """One HTTP attempt as it went over the wire, for archiving (``--warc``).
+
+    The core never reads it; an engine hands it to the crawl's ``on_exchange`` hook. It is
+    only built when such a hook is set, since it keeps a second copy of every body.
+
+    Attributes:
+        url: The URL requested.
+        request_headers: The request's header lines, in the order sent.
+        http_version: ``"HTTP/1.1"`` and so on; empty when no response came.
+        status: The response's status, or None when none came (the attempt failed first).
+        reason: The response's reason phrase.
+        response_headers: The response's header lines as received.
+        body: The payload as it came off the wire: Content-Encoding kept, Transfer-Encoding
+            (chunking) removed.
+        truncated: True when the body was cut off (``max_size``, or the connection broke).
+        error: ``"Name: message"`` of the failure that ended the attempt, or None.
+        robots: True for a robots.txt fetch.
+    """
+
+    url: str
+    request_headers: tuple[tuple[str, str], ...] = ()
+    http_version: str = ""
+    status: int | None = None
+    reason: str = ""
+    response_headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+    truncated: bool = False
+    error: str | None = None
+    robots: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,12 +87,16 @@ class Response:
         content_type: The raw ``Content-Type`` header, or None.
         location: The raw ``Location`` header, or None.
         body: The body with any Content-Encoding undone; empty for redirects.
+        retry_after: Seconds from a ``Retry-After`` header (either form), or None.
+        exchange: The attempt as sent and received, when the crawl archives them.
     """
 
     status: int
     content_type: str | None = None
     location: str | None = None
     body: bytes = b""
+    retry_after: float | None = None
+    exchange: Exchange | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,11 +108,13 @@ class FetchError:
         retryable: True for network errors (connect, read, write, timeout, protocol), which the
             core retries while the URL has tries left; False for errors another try cannot fix.
         status: The HTTP status when one was received before the failure, else None.
+        exchange: The attempt as sent and received, when the crawl archives them.
     """
 
     error: str
     retryable: bool
     status: int | None = None
+    exchange: Exchange | None = field(default=None, repr=False, compare=False)
 
 
 Outcome = Response | FetchError

@@ -19,15 +19,23 @@ How httpx's exceptions are mapped::
     │   │   │   └── LocalProtocolError (our request is invalid) ..... not retryable
     │   │   ├── ProxyError .......................................... retryable
     │   │   └── UnsupportedProtocol ................................. not retryable
-    │   ├── DecodingError (bad gzip/deflate/brotli body) ............ not retryable
+    │   ├── DecodingError (httpx's; we decode bodies ourselves) ..... (not raised)
     │   └── TooManyRedirects (cannot happen: redirects not followed)
     └── HTTPStatusError (cannot happen: raise_for_status never called)
     httpx.InvalidURL ................................................ not retryable
     ResponseTooLarge (ours: body above max_size) .................... not retryable
+    DecodingError (ours: a body its Content-Encoding cannot undo) ... not retryable
 
 Anything else escaping :func:`fetch` is unexpected; the engine records it for that URL and
 logs its traceback. Timeouts of a whole attempt are the engine's business (a cancel scope
 around the call), so the clients made here carry no httpx timeouts of their own.
+
+Bodies are decoded here, not by httpx, so that decompression is bounded: httpx inflates
+each chunk off the wire in one call, and 64 KiB of gzip can inflate to 64 MiB, per worker.
+:class:`_BodyDecoder` asks zlib for at most the bytes still allowed, so a gzip bomb costs no
+more memory than ``max_size``. We offer only ``gzip`` and ``deflate`` in Accept-Encoding, so
+we never need a brotli or zstd decoder; a body in an encoding we did not offer is kept as is,
+as httpx does.
 
 Bodies are always either read to the end (which lets httpx reuse the connection) or closed
 (leaving the ``stream()`` block closes the response, and httpcore drops a connection whose
@@ -36,26 +44,22 @@ body was not drained), so an error or a cancellation never leaves a pool slot ta
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import email.utils
+import time
+import zlib
 from typing import TYPE_CHECKING
 
 import httpx
 
-from ._events import FetchError, Outcome, Response, describe_exception
+from ._config import DEFAULT_MAX_SIZE
+from ._events import Exchange, FetchError, Outcome, Response, describe_exception
+from ._version import __version__ as __version__
+
+# What servers see; robots.txt rules are matched on its product token (see _robots.py).
+DEFAULT_USER_AGENT = f"trio-crawler/{__version__}"
 
 if TYPE_CHECKING:
     import ssl
-
-try:
-    __version__ = version("trio-crawler")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
-
-USER_AGENT = f"trio-crawler/{__version__}"
-# Bodies above this are cut off (after Content-Encoding is undone, so a gzip bomb stops
-# here too). 10 MiB is wget's and Scrapy's order of magnitude for a warning, far above any
-# real HTML page.
-DEFAULT_MAX_SIZE = 10 * 1024 * 1024
 
 _RETRYABLE = (
     httpx.TimeoutException,
@@ -63,14 +67,28 @@ _RETRYABLE = (
     httpx.RemoteProtocolError,
     httpx.ProxyError,
 )
+# The encodings we can undo with the standard library, and so the only ones we ask for.
+ACCEPT_ENCODING = "gzip, deflate"
+
+
+def http_library() -> str:
+    """The HTTP library in use and its version, for ``--version`` and bug reports."""
+    return f"httpx {httpx.__version__}"
 
 
 class ResponseTooLarge(Exception):
     """A body grew past the crawl's size limit; the rest was not read."""
 
 
+class DecodingError(Exception):
+    """A body that its Content-Encoding cannot undo (corrupt gzip or deflate data)."""
+
+
 def open_client(
-    *, max_connections: int, ssl_context: ssl.SSLContext | None = None
+    *,
+    max_connections: int,
+    ssl_context: ssl.SSLContext | None = None,
+    user_agent: str = DEFAULT_USER_AGENT,
 ) -> httpx.AsyncClient:
     """Make an AsyncClient set up for crawling.
 
@@ -86,43 +104,212 @@ def open_client(
         limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
-        headers={"user-agent": USER_AGENT},
+        headers={"user-agent": user_agent, "accept-encoding": ACCEPT_ENCODING},
         verify=ssl_context if ssl_context is not None else True,
     )
 
 
 async def fetch(
-    client: httpx.AsyncClient, url: str, *, max_size: int = DEFAULT_MAX_SIZE
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    max_size: int = DEFAULT_MAX_SIZE,
+    keep_exchange: bool = False,
+    robots: bool = False,
 ) -> Outcome:
     """Make one GET attempt for ``url``.
+
+    Args:
+        client: The client to send with.
+        url: An absolute http(s) URL.
+        max_size: Most body bytes to accept, after Content-Encoding is undone.
+        keep_exchange: Attach an :class:`~trio_crawler._events.Exchange` (the attempt as
+            sent and received, for ``--warc``) to the outcome. Off by default: it keeps a
+            second copy of the body.
+        robots: Mark the exchange as a robots.txt fetch.
 
     Returns:
         A Response for any completed exchange, or a FetchError saying whether a retry
         could help. Cancellation propagates (the response, if any, is closed first).
     """
-    status: int | None = None
+    response: httpx.Response | None = None
+    raw_chunks: list[bytes] | None = [] if keep_exchange else None
     try:
         async with client.stream("GET", url) as response:
-            status = response.status_code
-            body = await _read_body(response, max_size)
+            body = await _read_body(response, max_size, raw_chunks)
             return Response(
-                status=status,
+                status=response.status_code,
                 content_type=response.headers.get("content-type"),
                 location=response.headers.get("location"),
                 body=body,
+                retry_after=_retry_after(response),
+                exchange=_exchange(url, response, raw_chunks, None, robots, None),
             )
     except _RETRYABLE as exc:
-        return FetchError(error=describe_exception(exc), retryable=True)
-    except (httpx.HTTPError, httpx.InvalidURL, ResponseTooLarge) as exc:
-        return FetchError(error=describe_exception(exc), retryable=False, status=status)
+        error, retryable = describe_exception(exc), True
+    except (httpx.HTTPError, httpx.InvalidURL, ResponseTooLarge, DecodingError) as exc:
+        error, retryable = describe_exception(exc), False
+    # A failure another try cannot fix keeps the status the server answered with (a body
+    # too large is still a 200); a retryable one has no status, as the contract says.
+    status = response.status_code if response is not None else None
+    return FetchError(
+        error=error,
+        retryable=retryable,
+        status=None if retryable else status,
+        exchange=_exchange(url, response, raw_chunks, error, robots, client),
+    )
 
 
-async def _read_body(response: httpx.Response, max_size: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > max_size:
+async def _read_body(
+    response: httpx.Response, max_size: int, raw_chunks: list[bytes] | None
+) -> bytes:
+    if response.is_stream_consumed:
+        # A response built with its body in hand (httpx.MockTransport): httpx has read
+        # and decoded it already, so there is nothing left to bound but its size.
+        if len(response.content) > max_size:
             raise ResponseTooLarge(f"body exceeds {max_size} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if raw_chunks is not None:
+            raw_chunks.append(response.content)
+        return response.content
+    decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_size)
+    async for raw in response.aiter_raw():
+        if raw_chunks is not None:
+            raw_chunks.append(raw)
+        decoder.feed(raw)
+    return decoder.finish()
+
+
+class _BodyDecoder:
+    """Undo a Content-Encoding chain chunk by chunk, never producing more than allowed.
+
+    Raises ResponseTooLarge as soon as the decoded body passes ``max_size``, and
+    DecodingError for data the named encoding cannot undo.
+    """
+
+    def __init__(self, content_encoding: str, max_size: int) -> None:
+        self._max_size = max_size
+        self._size = 0
+        self._parts: list[bytes] = []
+        # "Content-Encoding: gzip, deflate" means deflate was applied last, so undone first.
+        codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+        self._stages = [_Inflater(c) for c in reversed(codings) if c in _INFLATE_WBITS]
+
+    def feed(self, data: bytes) -> None:
+        for stage in self._stages:
+            data = stage.inflate(data, self._max_size - self._size + 1)
+        self._take(data)
+
+    def finish(self) -> bytes:
+        data = b""
+        for stage in self._stages:
+            data = stage.inflate(data, self._max_size - self._size + 1) + stage.flush()
+        self._take(data)
+        return b"".join(self._parts)
+
+    def _take(self, data: bytes) -> None:
+        if not data:
+            return
+        self._size += len(data)
+        if self._size > self._max_size:
+            raise ResponseTooLarge(f"body exceeds {self._max_size} bytes")
+        self._parts.append(data)
+
+
+# zlib's wbits per coding: 32+15 reads a gzip or a zlib header; deflate is tried as zlib
+# first, as RFC 9110 says it is, and as raw deflate (-15) if that fails, as some servers send.
+_INFLATE_WBITS = {"gzip": 32 + 15, "x-gzip": 32 + 15, "deflate": 15}
+
+
+class _Inflater:
+    def __init__(self, coding: str) -> None:
+        self._wbits = _INFLATE_WBITS[coding]
+        self._raw_fallback = coding == "deflate"
+        self._zlib = zlib.decompressobj(self._wbits)
+        self._started = False
+
+    def inflate(self, data: bytes, limit: int) -> bytes:
+        """Inflate ``data``; at most ``limit`` bytes come out (then the caller raises)."""
+        out: list[bytes] = []
+        produced = 0
+        while data and produced < limit:
+            try:
+                chunk = self._zlib.decompress(data, limit - produced)
+            except zlib.error as exc:
+                if self._raw_fallback and not self._started:
+                    self._raw_fallback = False
+                    self._zlib = zlib.decompressobj(-15)
+                    continue
+                raise DecodingError(f"{exc}") from None
+            self._started = True
+            out.append(chunk)
+            produced += len(chunk)
+            if self._zlib.eof:
+                # Concatenated gzip members (RFC 1952) are one body: start the next member.
+                data = self._zlib.unused_data
+                self._zlib = zlib.decompressobj(self._wbits)
+            else:
+                data = self._zlib.unconsumed_tail
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        try:
+            return self._zlib.flush()
+        except zlib.error as exc:
+            raise DecodingError(f"{exc}") from None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (RFC 9110 section 10.2.3), or None."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    # A date needs the wall clock; this is the only place the crawler reads it.
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _exchange(
+    url: str,
+    response: httpx.Response | None,
+    raw_chunks: list[bytes] | None,
+    error: str | None,
+    robots: bool,
+    client: httpx.AsyncClient | None,
+) -> Exchange | None:
+    """The attempt as sent and received, when the crawl keeps them (else None)."""
+    if raw_chunks is None:
+        return None
+    if response is not None:
+        request_headers = response.request.headers
+    elif client is not None:
+        # Failed before a response: the headers the client would have sent.
+        request_headers = client.build_request("GET", url).headers
+    else:
+        request_headers = httpx.Headers()
+    sent = tuple(_header_pairs(request_headers))
+    if response is None:
+        return Exchange(url=url, request_headers=sent, error=error, robots=robots)
+    return Exchange(
+        url=url,
+        request_headers=sent,
+        http_version=response.http_version,
+        status=response.status_code,
+        reason=response.reason_phrase,
+        response_headers=tuple(_header_pairs(response.headers)),
+        body=b"".join(raw_chunks),
+        truncated=error is not None,
+        error=error,
+        robots=robots,
+    )
+
+
+def _header_pairs(headers: httpx.Headers) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.raw]

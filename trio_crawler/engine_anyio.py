@@ -26,6 +26,7 @@ running event loop, so they are made in :meth:`Crawler.crawl`.
 
 from __future__ import annotations
 
+import math
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,6 @@ import anyio
 
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
-from ._fetch import fetch
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -45,20 +45,39 @@ __all__ = ["Crawler", "FinishReason"]
 
 
 class Crawler(CrawlerBase):
-    """Crawl the web from ``roots`` on AnyIO (asyncio or Trio backend).
+    """Crawl the web from ``roots`` on AnyIO (asyncio or Trio), as the Trio engine does.
 
     Takes the options of :class:`~trio_crawler._crawler.CrawlerBase`; construction raises
     :class:`~trio_crawler.ConfigError` for an unusable one.
     """
 
     def _prepare(self) -> None:
+        # AnyIO's scopes and events need a running loop: made in crawl().
         self._crawl_scope: anyio.CancelScope | None = None
+        self._progress_scope: anyio.CancelScope | None = None
+        self._stopping = False
 
-    def stop(self) -> None:
-        """Cancel the crawl's cancel scope (see :meth:`CrawlerBase.stop`)."""
+    def _now(self) -> float:
+        return anyio.current_time()
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop scheduling; cancel the crawl's scope now or after ``grace`` seconds.
+
+        See :meth:`CrawlerBase.stop`; as the Trio engine's, the grace period is the crawl
+        scope's deadline moved closer.
+        """
         if self.finish_reason is None:
             self.finish_reason = "interrupted"
-        if self._crawl_scope is not None:
+        self._stopping = True
+        self.state.stop_scheduling()
+        if self._crawl_scope is None:
+            return  # before crawl(), which will see _stopping and not start
+        if grace > 0:
+            self._crawl_scope.deadline = min(
+                self._crawl_scope.deadline, anyio.current_time() + grace
+            )
+            self._progress.set()  # the dispatcher may be waiting for work that won't come
+        else:
             self._crawl_scope.cancel("crawl interrupted")
 
     async def crawl(self) -> None:
@@ -66,10 +85,11 @@ class Crawler(CrawlerBase):
         self._start()
         start = anyio.current_time()
         self._crawl_scope = anyio.CancelScope()
+        self._progress_scope = anyio.CancelScope()
         self._progress = anyio.Event()
         if self.config.max_time is not None:
             self._crawl_scope.deadline = start + self.config.max_time
-        if self.finish_reason == "interrupted":  # stop() came before crawl()
+        if self._stopping:  # stop() came before crawl()
             self._crawl_scope.cancel("crawl interrupted")
         try:
             with self._crawl_scope:
@@ -80,6 +100,8 @@ class Crawler(CrawlerBase):
                     async with request_receiver:
                         for _ in range(self.config.max_tasks):
                             task_group.start_soon(self._worker, request_receiver.clone())
+                    if self._on_progress is not None:
+                        task_group.start_soon(self._report_progress)
                     task_group.start_soon(self._dispatch, request_sender)
             self._finish(deadline_passed=self._crawl_scope.cancelled_caught)
         except BaseException:
@@ -92,30 +114,52 @@ class Crawler(CrawlerBase):
         """Hand queued requests to idle workers until the core says the crawl is done."""
         async with request_sender:
             while not self.state.finished:
-                request = self.state.next_request()
+                request = self.state.next_request(now=anyio.current_time())
                 if request is not None:
                     await request_sender.send(request)
                     continue
                 # Nothing to hand out yet: wait until a worker finishes a URL (which may
-                # queue links or end the crawl). A fresh Event is made right after the old
-                # one fires, with no checkpoint in between, so no wake-up is lost.
-                await self._progress.wait()
+                # queue links or end the crawl), or until a host's delay is over. A fresh
+                # Event is made right after the old one fires, with no checkpoint in
+                # between, so no wake-up is lost.
+                wakeup = self.state.next_wakeup()
+                with anyio.CancelScope(deadline=math.inf if wakeup is None else wakeup):
+                    await self._progress.wait()
                 self._progress = anyio.Event()
+        assert self._progress_scope is not None
+        self._progress_scope.cancel("crawl complete")
 
     async def _worker(self, request_receiver: MemoryObjectReceiveStream[FetchRequest]) -> None:
         async with request_receiver, self._open_client() as client:
             async for request in request_receiver:
-                await self._crawl_url(client, request)
+                if self._stopping:
+                    # stop() came while this request waited in send(): it was never
+                    # started, so it goes back rather than starting during the grace period.
+                    self.state.put_back(request)
+                else:
+                    await self._crawl_url(client, request)
                 self._progress.set()
+
+    async def _report_progress(self) -> None:
+        """Call ``on_progress`` every interval: one more task beside the workers.
+
+        It would run forever, so the dispatcher cancels its scope when the crawl is done.
+        """
+        assert self._on_progress is not None
+        assert self._progress_scope is not None
+        with self._progress_scope:
+            while True:
+                self._on_progress(self.statistics())
+                await anyio.sleep(self._progress_interval)
 
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except cancellation."""
         with anyio.move_on_after(self.config.timeout):
             try:
-                return await fetch(client, request.url)
+                return await self._fetch(client, request)
             except Exception as exc:
                 return self._unexpected_failure(request.url, exc)
-        return self._timeout_failure()
+        return self._timeout_failure(request)
 
     @asynccontextmanager
     async def _open_client(self) -> AsyncIterator[httpx.AsyncClient]:

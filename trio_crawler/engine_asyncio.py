@@ -37,10 +37,10 @@ each of these is left out, and how Trio's nurseries and cancel scopes make them 
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import TYPE_CHECKING
 
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
-from ._fetch import fetch
 
 if TYPE_CHECKING:
     import httpx
@@ -58,14 +58,33 @@ class Crawler(CrawlerBase):
     """
 
     def _prepare(self) -> None:
-        self._join_waiter: asyncio.Future[None] | None = None
+        self._stopped: asyncio.Future[None] | None = None
+        self._deadline: asyncio.Timeout | None = None
 
-    def stop(self) -> None:
-        """Cancel the wait for ``join()`` (see :meth:`CrawlerBase.stop`)."""
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop scheduling; end the wait for the workers now or after ``grace`` seconds.
+
+        See :meth:`CrawlerBase.stop`. The URLs already moved into the queue go back to the
+        core, so only the requests being fetched remain for ``join()`` to wait for; the
+        grace period moves the crawl's ``asyncio.timeout()`` closer.
+        """
         if self.finish_reason is None:
             self.finish_reason = "interrupted"
-        if self._join_waiter is not None:
-            self._join_waiter.cancel()
+        self.state.stop_scheduling()
+        if self._stopped is None:
+            return  # before crawl(), which checks finish_reason
+        while not self._queue.empty():
+            self.state.put_back(self._queue.get_nowait())
+            self._queue.task_done()
+        if grace > 0 and self._deadline is not None:
+            loop = asyncio.get_running_loop()
+            when = self._deadline.when()
+            self._deadline.reschedule(min(loop.time() + grace, when or math.inf))
+        elif not self._stopped.done():
+            self._stopped.set_result(None)
 
     async def crawl(self) -> None:
         """Workers on a queue until ``join()`` (see :meth:`CrawlerBase.crawl`)."""
@@ -76,23 +95,18 @@ class Crawler(CrawlerBase):
         # queue would deadlock once every worker blocked in put(). Memory is bounded by
         # the site, as the Trio engine's frontier is.
         self._queue: asyncio.Queue[FetchRequest] = asyncio.Queue()
-        self._queue_frontier()
-        workers = [asyncio.create_task(self._work()) for _ in range(self.config.max_tasks)]
-        self._join_waiter = asyncio.ensure_future(self._queue.join())
+        self._stopped = loop.create_future()
         if self.finish_reason == "interrupted":  # stop() came before crawl()
-            self._join_waiter.cancel()
+            self._stopped.set_result(None)
+        workers = [asyncio.create_task(self._work()) for _ in range(self.config.max_tasks)]
+        if self._on_progress is not None:
+            workers.append(asyncio.create_task(self._report_progress()))
         try:
             try:
-                async with asyncio.timeout(self.config.max_time):
-                    await self._join_waiter
+                async with asyncio.timeout(self.config.max_time) as self._deadline:
+                    await self._join()
             except TimeoutError:
                 self._finish(deadline_passed=True)
-            except asyncio.CancelledError:
-                # stop() cancels the join waiter, not this task; a cancel of this task
-                # (cancelling() > 0) must propagate.
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
             else:
                 self._finish(deadline_passed=False)
         except BaseException:
@@ -101,7 +115,6 @@ class Crawler(CrawlerBase):
         finally:
             # The chapter: ``for w in workers: w.cancel()`` after join(), not in finally,
             # and never awaited.
-            self._join_waiter.cancel()
             for worker in workers:
                 worker.cancel()
             outcomes = await asyncio.gather(*workers, return_exceptions=True)
@@ -114,9 +127,38 @@ class Crawler(CrawlerBase):
         if bugs:
             raise ExceptionGroup("a crawler worker failed", bugs)
 
+    async def _join(self) -> None:
+        """The chapter's ``await queue.join()``, for a core that can make work wait.
+
+        Departure: ``join()`` returns as soon as the queue is drained, but a host waiting
+        out its ``--delay`` still has URLs in the core. So this waits for ``join()``, or
+        for the next host to be ready, or for :meth:`stop`, and then moves what the core
+        hands out into the queue, until the core says the crawl is finished.
+        """
+        assert self._stopped is not None
+        loop = asyncio.get_running_loop()
+        join_waiter: asyncio.Future[None] | None = None
+        try:
+            while True:
+                self._queue_frontier()
+                if self.state.finished or self._stopped.done():
+                    return
+                waiters: set[asyncio.Future[None]] = {self._stopped}
+                if self.state.statistics().in_flight:
+                    if join_waiter is None or join_waiter.done():
+                        join_waiter = asyncio.ensure_future(self._queue.join())
+                    waiters.add(join_waiter)
+                wakeup = self.state.next_wakeup()
+                timeout = None if wakeup is None else max(0.0, wakeup - loop.time())
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if join_waiter is not None:
+                join_waiter.cancel()
+
     def _queue_frontier(self) -> None:
-        """Move every URL the core has queued into the asyncio queue."""
-        while (request := self.state.next_request()) is not None:
+        """Move every URL the core will hand out now into the asyncio queue."""
+        now = asyncio.get_running_loop().time()
+        while (request := self.state.next_request(now=now)) is not None:
             self._queue.put_nowait(request)
 
     async def _work(self) -> None:
@@ -138,13 +180,20 @@ class Crawler(CrawlerBase):
                 async with asyncio.timeout(CLEANUP_TIMEOUT):
                     await client.aclose()
 
+    async def _report_progress(self) -> None:
+        """Call ``on_progress`` every interval, until cancelled with the workers."""
+        assert self._on_progress is not None
+        while True:
+            self._on_progress(self.statistics())
+            await asyncio.sleep(self._progress_interval)
+
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except CancelledError."""
         try:
             async with asyncio.timeout(self.config.timeout):
                 try:
-                    return await fetch(client, request.url)
+                    return await self._fetch(client, request)
                 except Exception as exc:
                     return self._unexpected_failure(request.url, exc)
         except TimeoutError:
-            return self._timeout_failure()
+            return self._timeout_failure(request)

@@ -47,6 +47,7 @@ the nursery, as an ExceptionGroup that cancels the other workers.
 
 from __future__ import annotations
 
+import math
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -54,7 +55,6 @@ import trio
 
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
-from ._fetch import fetch
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -75,12 +75,31 @@ class Crawler(CrawlerBase):
         # Both can be made outside a Trio run, so stop() works before crawl() starts.
         self._crawl_scope = trio.CancelScope()
         self._progress = trio.Event()
+        self._progress_scope = trio.CancelScope()
+        self._running = False
+        self._stopping = False
 
-    def stop(self) -> None:
-        """Cancel the crawl's cancel scope (see :meth:`CrawlerBase.stop`)."""
+    def _now(self) -> float:
+        return trio.current_time()
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop scheduling; cancel the crawl's scope now or after ``grace`` seconds.
+
+        See :meth:`CrawlerBase.stop`. The grace period is the crawl scope's deadline moved
+        closer: in-flight requests that finish by then end the crawl as usual (the core is
+        finished once nothing is in flight), and the deadline cancels the rest.
+        """
         if self.finish_reason is None:
             self.finish_reason = "interrupted"
-        self._crawl_scope.cancel("crawl interrupted")
+        self._stopping = True
+        self.state.stop_scheduling()
+        if grace > 0 and self._running:
+            self._crawl_scope.deadline = min(
+                self._crawl_scope.deadline, trio.current_time() + grace
+            )
+            self._progress.set()  # the dispatcher may be waiting for work that won't come
+        else:
+            self._crawl_scope.cancel("crawl interrupted")
 
     async def crawl(self) -> None:
         """A nursery of workers fed by a dispatcher (see :meth:`CrawlerBase.crawl`)."""
@@ -88,6 +107,7 @@ class Crawler(CrawlerBase):
         start = trio.current_time()
         if self.config.max_time is not None:
             self._crawl_scope.deadline = start + self.config.max_time
+        self._running = True
         try:
             with self._crawl_scope:
                 async with trio.open_nursery() as nursery:
@@ -95,42 +115,65 @@ class Crawler(CrawlerBase):
                     async with request_receiver:
                         for _ in range(self.config.max_tasks):
                             nursery.start_soon(self._worker, request_receiver.clone())
+                    if self._on_progress is not None:
+                        nursery.start_soon(self._report_progress)
                     nursery.start_soon(self._dispatch, request_sender)
             self._finish(deadline_passed=self._crawl_scope.cancelled_caught)
         except BaseException:
             self.finish_reason = "interrupted"
             raise
         finally:
+            self._running = False
             self.elapsed = trio.current_time() - start
 
     async def _dispatch(self, request_sender: trio.MemorySendChannel[FetchRequest]) -> None:
         """Hand queued requests to idle workers until the core says the crawl is done."""
         async with request_sender:
             while not self.state.finished:
-                request = self.state.next_request()
+                request = self.state.next_request(now=trio.current_time())
                 if request is not None:
                     await request_sender.send(request)
                     continue
                 # Nothing to hand out yet: wait until a worker finishes a URL (which may
-                # queue links or end the crawl). A fresh Event is made right after the old
-                # one fires, with no checkpoint in between, so no wake-up is lost.
-                await self._progress.wait()
+                # queue links or end the crawl), or until a host's delay is over. A fresh
+                # Event is made right after the old one fires, with no checkpoint in
+                # between, so no wake-up is lost.
+                wakeup = self.state.next_wakeup()
+                with trio.move_on_at(math.inf if wakeup is None else wakeup):
+                    await self._progress.wait()
                 self._progress = trio.Event()
+        self._progress_scope.cancel("crawl complete")
 
     async def _worker(self, request_receiver: trio.MemoryReceiveChannel[FetchRequest]) -> None:
         async with request_receiver, self._open_client() as client:
             async for request in request_receiver:
-                await self._crawl_url(client, request)
+                if self._stopping:
+                    # stop() came while this request waited in send(): it was never
+                    # started, so it goes back rather than starting during the grace period.
+                    self.state.put_back(request)
+                else:
+                    await self._crawl_url(client, request)
                 self._progress.set()
+
+    async def _report_progress(self) -> None:
+        """Call ``on_progress`` every interval: one more task beside the workers.
+
+        It would run forever, so the dispatcher cancels its scope when the crawl is done.
+        """
+        assert self._on_progress is not None
+        with self._progress_scope:
+            while True:
+                self._on_progress(self.statistics())
+                await trio.sleep(self._progress_interval)
 
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except Cancelled."""
         with trio.move_on_after(self.config.timeout):
             try:
-                return await fetch(client, request.url)
+                return await self._fetch(client, request)
             except Exception as exc:
                 return self._unexpected_failure(request.url, exc)
-        return self._timeout_failure()
+        return self._timeout_failure(request)
 
     @asynccontextmanager
     async def _open_client(self) -> AsyncIterator[httpx.AsyncClient]:

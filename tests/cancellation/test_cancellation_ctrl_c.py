@@ -131,7 +131,16 @@ async def test_f_cli_prints_the_partial_report_and_exits_130(engine: str) -> Non
     routes: dict[str, Handler] = {"/": page("/never", "/ok"), "/ok": page(), "/never": never}
     with trio.fail_after(HANG_LIMIT):
         async with open_test_server(routes) as server:
-            command = [PYTHON, "-m", "trio_crawler", "--engine", engine, server.url()]
+            command = [
+                PYTHON,
+                "-m",
+                "trio_crawler",
+                "--engine",
+                engine,
+                "--grace",
+                "0",
+                server.url(),
+            ]
             result = await interrupt(command, when=never_requested)
     assert result.returncode == 130, result.stderr
     assert result.stdout[0] == "*** Report ***"

@@ -1,0 +1,93 @@
+"""The live progress line on stderr, drawn by rich.
+
+The crawl calls :meth:`ProgressDisplay.update` from a task of its own, one more sibling of
+the workers (``on_progress`` in the engines), ten times a second. Drawing is rich's
+business: a ``Live`` display that rewrites one line in place, with ``auto_refresh`` off so
+that rich starts no thread of its own and every redraw happens in the crawl's event loop,
+between two checkpoints. Log lines go through the same console (see :meth:`log_handler`),
+so rich prints them above the line instead of through it.
+
+The CLI shows it only when stderr is a terminal: in a pipe or a log file, a line rewritten
+ten times a second would be noise.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Self
+
+from rich.console import Console
+from rich.live import Live
+from rich.logging import RichHandler
+from rich.text import Text
+
+if TYPE_CHECKING:
+    import logging
+    from types import TracebackType
+
+    from ._state import CrawlStatistics
+
+# Pages per second is measured over this many seconds, so the figure moves smoothly rather
+# than jumping with every batch of pages that lands in one tenth of a second.
+RATE_WINDOW = 3.0
+
+
+class ProgressDisplay:
+    """One line: pages done, queued, in flight, pages per second, errors, elapsed time."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console if console is not None else Console(stderr=True)
+        self._live = Live(
+            Text(""),
+            console=self.console,
+            auto_refresh=False,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._start = time.monotonic()
+        self._samples: list[tuple[float, int]] = []
+
+    def __enter__(self) -> Self:
+        self._start = time.monotonic()
+        self._live.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._live.stop()
+
+    def log_handler(self) -> logging.Handler:
+        """A logging handler that prints above the live line, not through it."""
+        return RichHandler(console=self.console, show_time=False, show_path=False)
+
+    def update(self, stats: CrawlStatistics) -> None:
+        """Redraw the line for a new snapshot of the crawl."""
+        self._live.update(self.render(stats), refresh=True)
+
+    def render(self, stats: CrawlStatistics) -> Text:
+        """The line for ``stats``, as rich text."""
+        now = time.monotonic()
+        self._samples.append((now, stats.done))
+        while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW:
+            self._samples.pop(0)
+        first_time, first_done = self._samples[0]
+        rate = (stats.done - first_done) / (now - first_time) if now > first_time else 0.0
+        elapsed = int(now - self._start)
+        text = Text()
+        text.append(f"{stats.done}", style="bold green")
+        text.append(" done  ")
+        text.append(f"{stats.queued}", style="bold")
+        text.append(" queued  ")
+        text.append(f"{stats.in_flight}", style="bold")
+        text.append(" in flight  ")
+        text.append(f"{rate:.1f}", style="bold cyan")
+        text.append(" pages/s  ")
+        text.append(f"{stats.failed}", style="bold red" if stats.failed else "bold")
+        text.append(" errors  ")
+        text.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
+        return text

@@ -1,0 +1,85 @@
+"""robots.txt as data: what one origin's file allows, from its status and body (RFC 9309).
+
+The core asks for ``/robots.txt`` once per origin (scheme, host, port) before the first URL
+there, and turns the outcome into :class:`RobotsRules` with :meth:`RobotsRules.from_response`.
+Fetching is the engines' business, parsing is protego's (the parser Scrapy uses); what this
+module adds is the RFC's reading of statuses, which protego leaves to its caller:
+
+==============  ============================================================================
+2xx             the file's rules apply, for the group matching our product token
+3xx             followed by the core (up to :data:`MAX_ROBOTS_REDIRECTS`), then as below
+4xx             "unavailable": everything is allowed (RFC 9309, section 2.3.1.3)
+5xx             "unreachable": everything is disallowed (section 2.3.1.4)
+network error   decided by the core: the origin's URLs fail with that error
+==============  ============================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protego import Protego
+
+# The product token robots.txt groups are matched on (RFC 9309, section 2.2.1): the user
+# agent's name without its version, so that "User-agent: trio-crawler" matches every release.
+PRODUCT_TOKEN = "trio-crawler"
+# RFC 9309, section 2.3.1.2: crawlers SHOULD follow at least five consecutive redirects.
+MAX_ROBOTS_REDIRECTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsRules:
+    """What one origin's robots.txt says to this crawler.
+
+    Attributes:
+        parsed: The file's rules, or None when the status alone decided (``allow_all``).
+        allow_all: With no ``parsed`` rules: True allows every URL, False none.
+    """
+
+    parsed: Protego | None = None
+    allow_all: bool = True
+
+    @classmethod
+    def from_response(cls, status: int, body: bytes) -> RobotsRules:
+        """The rules for a robots.txt answered with ``status`` and ``body``."""
+        if 200 <= status < 300:
+            # The RFC's files are UTF-8; a stray byte must not void the rest of the file.
+            return cls(parsed=Protego.parse(body.decode("utf-8", errors="replace")))
+        if 500 <= status < 600:
+            return cls(allow_all=False)
+        # 4xx, and anything else the RFC does not name (1xx, a 3xx that ended the chain):
+        # the file is unavailable, which allows everything.
+        return cls(allow_all=True)
+
+    def allowed(self, url: str) -> bool:
+        """True if ``url`` may be fetched."""
+        if self.parsed is None:
+            return self.allow_all
+        return bool(self.parsed.can_fetch(url, PRODUCT_TOKEN))
+
+    @property
+    def crawl_delay(self) -> float | None:
+        """Seconds between requests the file asks of this crawler, if any."""
+        if self.parsed is None:
+            return None
+        delay = self.parsed.crawl_delay(PRODUCT_TOKEN)
+        return None if delay is None else float(delay)
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of a URL that ``normalize_url`` produced.
+
+    The unit robots.txt and the per-host limits apply to (RFC 9309 section 2.3: scheme, host
+    and port). Normalised URLs carry no default port and a lower-case host, so the prefix
+    before the path is already the canonical origin; only a userinfo part is dropped. This
+    runs once per queued URL, so it slices rather than parses.
+    """
+    start = url.index("://") + 3
+    end = url.find("/", start)
+    netloc = url[start:] if end == -1 else url[start:end]
+    return url[:start] + netloc.rpartition("@")[2]
+
+
+def robots_url(origin: str) -> str:
+    """The robots.txt URL for an origin from :func:`origin_of`."""
+    return origin + "/robots.txt"

@@ -450,14 +450,18 @@ def _run_crawl(
 
     try:
         with progress if progress is not None else contextlib.nullcontext():
-            anyio.run(
-                _crawl_until_signal,
-                make_crawler,
-                options.roots,
-                options.demo,
-                options.grace,
-                backend=backend,
-            )
+            try:
+                anyio.run(
+                    _crawl_until_signal,
+                    make_crawler,
+                    options.roots,
+                    options.demo,
+                    options.grace,
+                    backend=backend,
+                )
+            finally:
+                if progress is not None and crawler is not None:
+                    progress.update(crawler.statistics())  # the line as the crawl ended
     finally:
         if crawler is not None:
             print(_report(crawler), end="", file=report_stream, flush=True)

@@ -8,6 +8,7 @@ to read side by side and a behaviour fixed once is fixed for all of them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from typing import TYPE_CHECKING, Literal
@@ -141,7 +142,6 @@ class CrawlerBase:
         self.finish_reason: FinishReason | None = None
         self.elapsed = 0.0
         self._client = client
-        self._ssl_context: ssl.SSLContext | None = None
         self._started = False
         self._prepare()
 
@@ -272,11 +272,15 @@ class CrawlerBase:
         """A client for one worker, which makes one request at a time.
 
         A client per worker rather than one shared: see the README's "HTTP clients" for
-        the measurements. The SSL context is built once and shared, since building one per
-        client costs about a megabyte each.
+        the measurements. The SSL context is built once per process and shared, since
+        building one costs about a megabyte and tens of milliseconds.
         """
-        if self._ssl_context is None:
-            self._ssl_context = ssl.create_default_context()
         return open_client(
-            max_connections=1, ssl_context=self._ssl_context, user_agent=self._user_agent
+            max_connections=1, ssl_context=_default_ssl_context(), user_agent=self._user_agent
         )
+
+
+@functools.cache
+def _default_ssl_context() -> ssl.SSLContext:
+    """The system's default verifying context, made once: contexts are safe to share."""
+    return ssl.create_default_context()

@@ -49,6 +49,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING
 
+import anyio
 import httpx
 
 from ._config import DEFAULT_MAX_SIZE
@@ -106,7 +107,29 @@ def open_client(
         ),
         headers={"user-agent": user_agent, "accept-encoding": ACCEPT_ENCODING},
         verify=ssl_context if ssl_context is not None else True,
+        event_hooks={"response": [_set_location_aside]},
     )
+
+
+# Where _set_location_aside puts a response's Location header and its raw header lines.
+_LOCATION = "trio_crawler.location"
+_RAW_HEADERS = "trio_crawler.raw_headers"
+
+
+async def _set_location_aside(response: httpx.Response) -> None:
+    """Take the Location header out of httpx's sight; :func:`fetch` reads it back.
+
+    Even with ``follow_redirects=False``, httpx builds the request it would redirect to for
+    every 3xx with a Location, and raises (``RemoteProtocolError``, ``InvalidURL``) when the
+    header is not a URL it can request: ``http://[::1``, ``javascript:...``. The crawler
+    wants the response either way (an unusable Location makes a record like a 404; another
+    scheme is recorded, not followed), so the header is moved into the response's
+    extensions before httpx looks at it. Response hooks run just before that look.
+    """
+    if "location" in response.headers:
+        response.extensions[_RAW_HEADERS] = list(response.headers.raw)
+        response.extensions[_LOCATION] = response.headers["location"]
+        del response.headers["location"]
 
 
 async def fetch(
@@ -140,7 +163,7 @@ async def fetch(
             return Response(
                 status=response.status_code,
                 content_type=response.headers.get("content-type"),
-                location=response.headers.get("location"),
+                location=_location(response),
                 body=body,
                 retry_after=_retry_after(response),
                 exchange=_exchange(url, response, raw_chunks, None, robots, None),
@@ -172,10 +195,24 @@ async def _read_body(
             raw_chunks.append(response.content)
         return response.content
     decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_size)
-    async for raw in response.aiter_raw():
-        if raw_chunks is not None:
-            raw_chunks.append(raw)
-        decoder.feed(raw)
+    failure: ResponseTooLarge | DecodingError | None = None
+    with anyio.CancelScope() as reading:
+        async for raw in response.aiter_raw():
+            if failure is not None:
+                continue  # the cancellation strikes at httpcore's next read
+            if raw_chunks is not None:
+                raw_chunks.append(raw)
+            try:
+                decoder.feed(raw)
+            except (ResponseTooLarge, DecodingError) as exc:
+                # Stop reading by cancelling the read rather than by raising out of the
+                # loop: the cancellation unwinds the async generators httpx and httpcore
+                # nest under aiter_raw(), so they finish. Raised from here, it would leave
+                # them suspended, and Trio warns about each one when it is collected.
+                failure = exc
+                reading.cancel()
+    if failure is not None:
+        raise failure
     return decoder.finish()
 
 
@@ -258,6 +295,12 @@ class _Inflater:
             raise DecodingError(f"{exc}") from None
 
 
+def _location(response: httpx.Response) -> str | None:
+    """The Location header, wherever it is (a client not made here has no hook)."""
+    location: str | None = response.extensions.get(_LOCATION)
+    return location if location is not None else response.headers.get("location")
+
+
 def _retry_after(response: httpx.Response) -> float | None:
     """Seconds a ``Retry-After`` header asks for (RFC 9110 section 10.2.3), or None."""
     value = response.headers.get("retry-after")
@@ -294,7 +337,7 @@ def _exchange(
         request_headers = client.build_request("GET", url).headers
     else:
         request_headers = httpx.Headers()
-    sent = tuple(_header_pairs(request_headers))
+    sent = tuple(_header_pairs(request_headers.raw))
     if response is None:
         return Exchange(url=url, request_headers=sent, error=error, robots=robots)
     return Exchange(
@@ -303,7 +346,9 @@ def _exchange(
         http_version=response.http_version,
         status=response.status_code,
         reason=response.reason_phrase,
-        response_headers=tuple(_header_pairs(response.headers)),
+        response_headers=tuple(
+            _header_pairs(response.extensions.get(_RAW_HEADERS, response.headers.raw))
+        ),
         body=b"".join(raw_chunks),
         truncated=error is not None,
         error=error,
@@ -311,5 +356,5 @@ def _exchange(
     )
 
 
-def _header_pairs(headers: httpx.Headers) -> list[tuple[str, str]]:
-    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.raw]
+def _header_pairs(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]

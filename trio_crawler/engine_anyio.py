@@ -113,11 +113,13 @@ class Crawler(CrawlerBase):
     async def _dispatch(self, request_sender: MemoryObjectSendStream[FetchRequest]) -> None:
         """Hand queued requests to idle workers until the core says the crawl is done."""
         async with request_sender:
-            while not self.state.finished:
+            while True:
                 request = self.state.next_request(now=anyio.current_time())
                 if request is not None:
                     await request_sender.send(request)
                     continue
+                if self.state.finished:  # asked after next_request(), which can finish it
+                    break
                 # Nothing to hand out yet: wait until a worker finishes a URL (which may
                 # queue links or end the crawl), or until a host's delay is over. A fresh
                 # Event is made right after the old one fires, with no checkpoint in

@@ -12,12 +12,15 @@ The whole concurrency of a crawl::
 
     async def dispatch(sender):                         # the only sender
         async with sender:                              # closing it ends every worker
-            while not state.finished:                   # replaces Queue.join()
-                request = state.next_request()
-                if request is None:
-                    await progress.wait()               # a worker finished a URL
-                else:
+            while True:
+                request = state.next_request(now)
+                if request is not None:
                     await sender.send(request)          # blocks until a worker is idle
+                elif state.finished:                    # replaces Queue.join()
+                    break
+                else:                                   # a worker finished a URL,
+                    with move_on_at(state.next_wakeup()):   # or a host's delay is over
+                        await progress.wait()
 
     async def worker(receiver):
         async for request in receiver:
@@ -38,6 +41,9 @@ dispatcher closes the send side, each worker's ``async for`` ends, and the nurse
 A deadline (``max_time``) or :meth:`Crawler.stop` cancels the crawl's cancel scope instead,
 which cancels every worker wherever it is; cleanup that must await (closing the HTTP
 clients) is shielded and bounded so it neither dies at its first checkpoint nor hangs.
+``stop(grace)`` (the first Ctrl-C) is the gentle form: the core stops handing out URLs, so
+the crawl ends by itself once the requests in flight finish, and the crawl scope's
+deadline, moved to ``grace`` seconds from now, cancels whatever is still running then.
 
 Errors: failures from the web are records, made by the core. An unexpected exception while
 fetching one URL is logged with its traceback and recorded for that URL, so it neither
@@ -129,11 +135,13 @@ class Crawler(CrawlerBase):
     async def _dispatch(self, request_sender: trio.MemorySendChannel[FetchRequest]) -> None:
         """Hand queued requests to idle workers until the core says the crawl is done."""
         async with request_sender:
-            while not self.state.finished:
+            while True:
                 request = self.state.next_request(now=trio.current_time())
                 if request is not None:
                     await request_sender.send(request)
                     continue
+                if self.state.finished:  # asked after next_request(), which can finish it
+                    break
                 # Nothing to hand out yet: wait until a worker finishes a URL (which may
                 # queue links or end the crawl), or until a host's delay is over. A fresh
                 # Event is made right after the old one fires, with no checkpoint in

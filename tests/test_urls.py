@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from trio_crawler._urls import Scope, normalize_root, normalize_url, url_host
+from trio_crawler._urls import LinkResolver, Scope, normalize_root, normalize_url, url_host
 
 PAGE = "http://example.com/dir/page.html"
 
@@ -282,3 +284,43 @@ def test_scope_root_hosts(roots: list[str], hosts: set[str]) -> None:
 )
 def test_scope_host_okay(strict: bool, host: str, allowed: bool) -> None:
     assert Scope(["http://example.com/"], strict=strict).host_okay(host) is allowed
+
+
+# The link resolver's fast path must give exactly normalize_url's answer. Hrefs are drawn
+# from the characters that steer it: dots and slashes (dot segments), "?" and "#", ":"
+# (schemes), "%" and characters that need encoding (the general path).
+_HREF_PIECES = st.sampled_from(
+    ["", ".", "..", "/", "//", "?", "#", ":", ";", "%", "%41", "a", "b.html", "x=1", " ", "é", "\\"]
+)
+_BASES = [
+    "http://example.com/",
+    "http://example.com/a/b/c.html?q=1",
+    "https://example.com:8443/dir/",
+    "http://[::1]/x/y",
+    "http://user@example.com/p",
+    "http://example.com/a;p/b;q?r",
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(pieces=st.lists(_HREF_PIECES, max_size=8), base=st.sampled_from(_BASES))
+def test_link_resolver_agrees_with_normalize_url(pieces: list[str], base: str) -> None:
+    href = "".join(pieces)
+    assert LinkResolver(base).resolve(href) == normalize_url(href, base)
+
+
+@pytest.mark.parametrize(
+    ("href", "expected"),
+    [
+        ("p/1.html", "http://example.com/a/b/p/1.html"),
+        ("../up", "http://example.com/a/up"),
+        ("../../../../g", "http://example.com/g"),
+        ("/x/./y/../z", "http://example.com/x/z"),
+        ("?page=2#top", "http://example.com/a/b/c.html?page=2"),
+        ("", "http://example.com/a/b/c.html?q=1"),
+        ("mailto:x@example.com", None),
+        ("//other.org/p", "http://other.org/p"),
+    ],
+)
+def test_link_resolver_examples(href: str, expected: str | None) -> None:
+    assert LinkResolver("http://example.com/a/b/c.html?q=1").resolve(href) == expected

@@ -42,7 +42,7 @@ import re
 
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
-from ._urls import normalize_url
+from ._urls import LinkResolver, normalize_url
 
 __all__ = ["PARSED_MEDIA_TYPES", "choose_encoding", "extract_links", "parse_content_type"]
 
@@ -140,7 +140,9 @@ def choose_encoding(body: bytes, header_charset: str | None) -> str:
     return _DEFAULT_ENCODING
 
 
-def extract_links(body: bytes, page_url: str, encoding: str) -> set[str]:
+def extract_links(
+    body: bytes, page_url: str, encoding: str, *, normalized: bool = False
+) -> set[str]:
     """Find the links on a page, as absolute http(s) URLs without fragments.
 
     Links are the ``href`` of every ``a``, ``area`` and ``link`` element, resolved against
@@ -154,6 +156,8 @@ def extract_links(body: bytes, page_url: str, encoding: str) -> set[str]:
             follow redirects, so this is the URL whose response this body is).
         encoding: The charset from :func:`choose_encoding`. Any string is accepted; one that
             Python cannot decode documents with means UTF-8.
+        normalized: ``page_url`` is known to be ``normalize_url``'s output (the crawler's
+            own URLs are), which saves checking it.
 
     Returns:
         The distinct links. Never raises: malformed pages and hrefs give fewer links.
@@ -176,12 +180,14 @@ def extract_links(body: bytes, page_url: str, encoding: str) -> set[str]:
 
     # Pages repeat links (navigation, pagination), so each distinct href is resolved once.
     hrefs = {node.attrs.get("href") or "" for node in link_nodes}
-    links: set[str] = set()
-    for href in hrefs:
-        url = normalize_url(href, base)
-        if url is not None:
-            links.add(url)
-    return links
+    if base is page_url and not normalized and normalize_url(page_url) != page_url:
+        # Not a URL the crawler made (a caller's own): resolve each href the general way.
+        links = {normalize_url(href, base) for href in hrefs}
+    else:
+        resolve = LinkResolver(base).resolve
+        links = {resolve(href) for href in hrefs}
+    links.discard(None)
+    return links  # type: ignore[return-value]  # None was discarded
 
 
 def _clean_label(label: str) -> str:

@@ -563,7 +563,7 @@ class CrawlState:
         exception = None
         if parsed:
             try:
-                links = extract_links(response.body, request.url, encoding)
+                links = extract_links(response.body, request.url, encoding, normalized=True)
             except Exception as exc:
                 # The extractor promises never to raise; if a page still breaks it, that page
                 # gets a record saying so and the crawl goes on.

@@ -1,0 +1,225 @@
+"""Every benchmark, one command: the tables printed, and saved under benchmarks/results/.
+
+Four parts, run in the order ``--only`` names them (all four by default):
+
+* ``synthetic``: our four engines, Scrapy and wget crawl the synthetic site
+  (``bench_engines.py``).
+* ``docs``: the same tools crawl the Python docs from Debian's python3.11-doc
+  (``bench_engines.py``).
+* ``slow``: a server that answers after 1 s, crawled at max_tasks 10, 100 and 1000
+  (``bench_slow.py``).
+* ``state``: the core alone, a 1 000 000-URL frontier (``bench_state.py``, in a fresh
+  process that imports a snapshot of the package).
+
+The markdown goes to stdout at the end and, section by section as each part finishes, to
+``benchmarks/results/<name>.md`` (``--out NAME``; by default a name with the date and
+time), so a failure late in a long run keeps the earlier tables; every single crawl is
+also appended to ``<name>.jsonl``. Progress goes to stderr. The exit status is 1 if any
+check failed (a tool that did not find every page, a crawl that failed), after writing.
+
+Set up once with ``bash benchmarks/setup.sh``, then, from the repository root::
+
+    .venv/bin/python benchmarks/run.py [--pages 10000] [--rounds 3]
+        [--only synthetic,docs,slow,state] [--out results.md]
+
+Defaults take about 45 minutes on the 2-CPU machine (see README.md for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a script: make the `benchmarks` folder importable as a package.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import bench_engines, bench_slow
+from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_environment
+from benchmarks.measure import snapshot_package
+from benchmarks.nginx import NginxError
+
+PARTS = ("synthetic", "docs", "slow", "state")
+RESULTS = Path(__file__).resolve().parent / "results"
+BENCH_STATE = Path(__file__).resolve().parent / "bench_state.py"
+# bench_state.py runs in under a minute on a quiet machine; more than this is a hang.
+STATE_TIMEOUT = 900.0
+
+
+def _parts(text: str) -> list[str]:
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [part for part in parts if part not in PARTS]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(
+            f"--only takes a comma-separated list of {', '.join(PARTS)}, not {text!r}"
+        )
+    return parts
+
+
+def _numbers(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated whole numbers, not {text!r}"
+        ) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Run the benchmarks; print the tables and save them under benchmarks/results/.",
+    )
+    parser.add_argument("--pages", type=int, default=10_000, help="synthetic site size")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each tool (medians)")
+    parser.add_argument(
+        "--only",
+        type=_parts,
+        default=list(PARTS),
+        metavar="PARTS",
+        help=f"comma-separated, from {','.join(PARTS)} (default: all, in that order)",
+    )
+    parser.add_argument(
+        "--out",
+        help="results file name in benchmarks/results/ (or a path); default: the date and time",
+    )
+    crawl = parser.add_argument_group("synthetic and docs")
+    crawl.add_argument("--max-tasks", type=int, default=100, help="our --max-tasks, Scrapy's")
+    crawl.add_argument(
+        "--our-python",
+        action="append",
+        type=parse_our_python,
+        metavar="LABEL=PATH",
+        help="interpreter for our CLI (repeatable; the first runs every engine, the others "
+        "--extra-engines; default: this one)",
+    )
+    crawl.add_argument(
+        "--extra-engines",
+        nargs="+",
+        choices=bench_engines.ENGINES,
+        default=["trio"],
+        metavar="ENGINE",
+    )
+    crawl.add_argument("--no-scrapy", action="store_true")
+    crawl.add_argument("--no-wget", action="store_true")
+    slow = parser.add_argument_group("slow")
+    slow.add_argument("--slow-pages", type=int, default=2000)
+    slow.add_argument("--slow-max-tasks", type=_numbers, default=[10, 100, 1000], metavar="N,N,...")
+    slow.add_argument("--slow-delay", type=float, default=1.0)
+    slow.add_argument("--slow-fanout", type=int, default=20)
+    slow.add_argument("--slow-rounds", type=int, help="default: --rounds")
+    state = parser.add_argument_group("state")
+    state.add_argument("--state-urls", type=int, default=1_000_000)
+    return parser
+
+
+def results_path(out: str | None) -> Path:
+    """Where the markdown goes: a bare name lands in benchmarks/results/."""
+    if out is None:
+        return RESULTS / f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}.md"
+    path = Path(out)
+    return RESULTS / path if path.parent == Path() else path
+
+
+def run_part(
+    part: str, args: argparse.Namespace, *, json_out: Path, package_path: Path
+) -> tuple[str, bool]:
+    """Run one part on the snapshot; return its markdown and whether its checks passed."""
+    our_python = [f"{label}={python}" for label, python in args.our_python or []]
+    if part in ("synthetic", "docs"):
+        argv = ["--sites", part, "--pages", str(args.pages), "--rounds", str(args.rounds)]
+        argv += ["--snapshot", str(package_path)]
+        argv += ["--max-tasks", str(args.max_tasks), "--json-out", str(json_out)]
+        argv += ["--extra-engines", *args.extra_engines]
+        for entry in our_python:
+            argv += ["--our-python", entry]
+        argv += ["--no-scrapy"] if args.no_scrapy else []
+        argv += ["--no-wget"] if args.no_wget else []
+        return bench_engines.run(bench_engines.build_parser().parse_args(argv))
+    if part == "slow":
+        argv = ["--pages", str(args.slow_pages), "--delay", str(args.slow_delay)]
+        argv += ["--fanout", str(args.slow_fanout)]
+        argv += ["--max-tasks", *map(str, args.slow_max_tasks)]
+        argv += ["--rounds", str(args.slow_rounds or args.rounds)]
+        argv += ["--snapshot", str(package_path)]
+        argv += ["--our-python", our_python[0]] if our_python else []
+        return bench_slow.run(bench_slow.build_parser().parse_args(argv))
+    return run_state(args, package_path=package_path)
+
+
+def run_state(args: argparse.Namespace, *, package_path: Path) -> tuple[str, bool]:
+    """bench_state.py in a fresh process, importing the snapshot.
+
+    A fresh process, because its memory figures should not share an interpreter with the
+    harness, and the snapshot, so that it measures the same code as the crawls.
+    """
+    python = args.our_python[0][1] if args.our_python else sys.executable
+    with tempfile.TemporaryDirectory(prefix="bench-state-") as work:
+        done = subprocess.run(
+            [python, str(BENCH_STATE), "--urls", str(args.state_urls)],
+            cwd=work,
+            env=snapshot_environment(package_path),
+            capture_output=True,
+            text=True,
+            timeout=STATE_TIMEOUT,
+            check=False,
+        )
+    print(done.stderr, end="", file=sys.stderr)
+    if done.returncode != 0:
+        return (
+            f"### The core alone\n\nbench_state.py failed (exit {done.returncode}):\n\n"
+            f"```\n{done.stderr.strip()[-2000:]}\n```",
+            False,
+        )
+    return done.stdout.strip(), True
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.pages < 1 or args.rounds < 1 or args.state_urls < 1000:
+        raise SystemExit("run: --pages and --rounds must be >= 1, --state-urls >= 1000")
+    out = results_path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    json_out = out.with_suffix(".jsonl")
+    started = time.perf_counter()
+    header = (
+        f"# Benchmarks, {datetime.datetime.now():%Y-%m-%d %H:%M}\n\n"
+        f"Command: `{shlex.join(sys.orig_argv)}` (cwd {os.getcwd()})"
+    )
+    sections = [header]
+    out.write_text(header + "\n")
+    passed = True
+    with tempfile.TemporaryDirectory(prefix="bench-run-") as work:
+        # One snapshot for every part: edits to the tree during a long run change nothing.
+        package_path = snapshot_package(Path(work, "snapshot"))
+        for part in args.only:
+            print(f"run: {part} ...", file=sys.stderr, flush=True)
+            part_started = time.perf_counter()
+            try:
+                markdown, part_passed = run_part(
+                    part, args, json_out=json_out, package_path=package_path
+                )
+            except (BenchmarkError, NginxError, RuntimeError) as exc:
+                markdown, part_passed = f"### {part}\n\nNot run: {exc}", False
+            markdown += f"\n\n({part}: {time.perf_counter() - part_started:.0f} s wall)"
+            sections.append(markdown)
+            passed &= part_passed
+            with out.open("a") as results:
+                results.write("\n" + markdown + "\n")
+    total = f"Total: {(time.perf_counter() - started) / 60:.1f} minutes."
+    with out.open("a") as results:
+        results.write("\n" + total + "\n")
+    print("\n\n".join([*sections, total]))
+    print(f"run: wrote {out} and {json_out}", file=sys.stderr)
+    if not passed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

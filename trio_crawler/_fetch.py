@@ -26,6 +26,9 @@ How httpx's exceptions are mapped::
     ResponseTooLarge (ours: body above max_size) .................... not retryable
     DecodingError (ours: a body its Content-Encoding cannot undo) ... not retryable
 
+httpx2, httpx's maintained fork, has the same tree under the same names; when it is
+installed it makes the crawler's clients, and the errors of both libraries are mapped.
+
 Anything else escaping :func:`fetch` is unexpected; the engine records it for that URL and
 logs its traceback. Timeouts of a whole attempt are the engine's business (a cancel scope
 around the call), so the clients made here carry no httpx timeouts of their own.
@@ -44,7 +47,10 @@ body was not drained), so an error or a cancellation never leaves a pool slot ta
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
+import importlib
+import os
 import time
 import zlib
 from typing import TYPE_CHECKING
@@ -61,20 +67,7 @@ DEFAULT_USER_AGENT = f"trio-crawler/{__version__}"
 
 if TYPE_CHECKING:
     import ssl
-
-_RETRYABLE = (
-    httpx.TimeoutException,
-    httpx.NetworkError,
-    httpx.RemoteProtocolError,
-    httpx.ProxyError,
-)
-# The encodings we can undo with the standard library, and so the only ones we ask for.
-ACCEPT_ENCODING = "gzip, deflate"
-
-
-def http_library() -> str:
-    """The HTTP library in use and its version, for ``--version`` and bug reports."""
-    return f"httpx {httpx.__version__}"
+    from types import ModuleType
 
 
 class ResponseTooLarge(Exception):
@@ -83,6 +76,54 @@ class ResponseTooLarge(Exception):
 
 class DecodingError(Exception):
     """A body that its Content-Encoding cannot undo (corrupt gzip or deflate data)."""
+
+
+def _http_libraries() -> tuple[ModuleType, list[ModuleType]]:
+    """The library our own clients come from, and every library whose errors we map.
+
+    httpx is the dependency; httpx2, its maintained fork with the same API, is used for
+    the clients the crawler makes when it is installed (``pip install
+    'trio-crawler[httpx2]'``). ``TRIO_CRAWLER_HTTP=httpx`` (or ``httpx2``) picks one
+    explicitly. Errors of both are mapped, since a caller's own ``client=`` may be either.
+    """
+    installed = [httpx]
+    with contextlib.suppress(ImportError):
+        installed.append(importlib.import_module("httpx2"))
+    wanted = os.environ.get("TRIO_CRAWLER_HTTP")
+    for library in installed:
+        if library.__name__ == wanted:
+            return library, installed
+    if wanted:
+        names = ", ".join(library.__name__ for library in installed)
+        raise ImportError(
+            f"TRIO_CRAWLER_HTTP must name an installed library ({names}), not {wanted!r}"
+        )
+    return installed[-1], installed
+
+
+_HTTP, _LIBRARIES = _http_libraries()
+_RETRYABLE: tuple[type[Exception], ...] = tuple(
+    error
+    for library in _LIBRARIES
+    for error in (
+        library.TimeoutException,
+        library.NetworkError,
+        library.RemoteProtocolError,
+        library.ProxyError,
+    )
+)
+_NOT_RETRYABLE: tuple[type[Exception], ...] = (
+    *(error for library in _LIBRARIES for error in (library.HTTPError, library.InvalidURL)),
+    ResponseTooLarge,
+    DecodingError,
+)
+# The encodings we can undo with the standard library, and so the only ones we ask for.
+ACCEPT_ENCODING = "gzip, deflate"
+
+
+def http_library() -> str:
+    """The HTTP library in use and its version, for ``--version`` and bug reports."""
+    return f"{_HTTP.__name__} {_HTTP.__version__}"
 
 
 def open_client(
@@ -99,16 +140,17 @@ def open_client(
     while they merely wait their turn. Passing one ``ssl_context`` to several clients
     saves building a new one (about 1 MiB and a few ms) per client.
     """
-    return httpx.AsyncClient(
+    client: httpx.AsyncClient = _HTTP.AsyncClient(
         follow_redirects=False,
-        timeout=httpx.Timeout(None),
-        limits=httpx.Limits(
+        timeout=_HTTP.Timeout(None),
+        limits=_HTTP.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
         headers={"user-agent": user_agent, "accept-encoding": ACCEPT_ENCODING},
         verify=ssl_context if ssl_context is not None else True,
         event_hooks={"response": [_set_location_aside]},
     )
+    return client
 
 
 # Where _set_location_aside puts a response's Location header and its raw header lines.
@@ -170,7 +212,7 @@ async def fetch(
             )
     except _RETRYABLE as exc:
         error, retryable = describe_exception(exc), True
-    except (httpx.HTTPError, httpx.InvalidURL, ResponseTooLarge, DecodingError) as exc:
+    except _NOT_RETRYABLE as exc:
         error, retryable = describe_exception(exc), False
     # A failure another try cannot fix keeps the status the server answered with (a body
     # too large is still a 200); a retryable one has no status, as the contract says.
@@ -336,7 +378,7 @@ def _exchange(
         # Failed before a response: the headers the client would have sent.
         request_headers = client.build_request("GET", url).headers
     else:
-        request_headers = httpx.Headers()
+        request_headers = _HTTP.Headers()
     sent = tuple(_header_pairs(request_headers.raw))
     if response is None:
         return Exchange(url=url, request_headers=sent, error=error, robots=robots)

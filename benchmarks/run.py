@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     slow.add_argument("--slow-pages", type=int, default=2000)
     slow.add_argument("--slow-max-tasks", type=_numbers, default=[10, 100, 1000], metavar="N,N,...")
     slow.add_argument("--slow-delay", type=float, default=1.0)
-    slow.add_argument("--slow-fanout", type=int, default=20)
+    slow.add_argument("--slow-fanout", type=int, default=bench_slow.DEFAULT_FANOUT)
     slow.add_argument("--slow-rounds", type=int, help="default: --rounds")
     state = parser.add_argument_group("state")
     state.add_argument("--state-urls", type=int, default=1_000_000)

@@ -23,7 +23,7 @@ same site). Every response is built once at start-up. Anything else is a 404.
 
 Run it alone to point another crawler at it::
 
-    python benchmarks/slow_server.py [--pages 2000] [--fanout 20] [--delay 1.0] [--port 0]
+    python benchmarks/slow_server.py [--pages 2000] [--fanout 50] [--delay 1.0] [--port 0]
 
 It prints ``http://127.0.0.1:PORT/`` on one line once it accepts connections, and serves
 until it is killed (Ctrl-C or SIGTERM).
@@ -173,7 +173,7 @@ async def _main(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve a site that answers after a delay.")
     parser.add_argument("--pages", type=int, default=2000)
-    parser.add_argument("--fanout", type=int, default=20, help="children (and links) per page")
+    parser.add_argument("--fanout", type=int, default=50, help="children (and links) per page")
     parser.add_argument("--delay", type=float, default=1.0, help="seconds before each answer")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)

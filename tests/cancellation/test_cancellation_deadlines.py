@@ -95,7 +95,8 @@ async def test_d_trio_crawler_deadline_ends_every_request_at_once(
 
     async with open_test_server() as server:
         server.fallback(slow_page)
-        crawler = Crawler([server.url()], max_tasks=2, max_time=2.5)
+        # No robots.txt fetch: the arrival times below are the pages' own.
+        crawler = Crawler([server.url()], max_tasks=2, max_time=2.5, obey_robots=False)
         start = trio.current_time()
         with trio.fail_after(HANG_LIMIT):
             await crawler.crawl()
@@ -244,7 +245,7 @@ async def test_i_trio_crawler_crawls_a_fan_out_site_with_two_workers() -> None:
 
     async with open_test_server() as server:
         server.fallback(fan_out_page)
-        crawler = Crawler([server.url()], max_tasks=2)
+        crawler = Crawler([server.url()], max_tasks=2, obey_robots=False)
         with trio.fail_after(HANG_LIMIT):
             await crawler.crawl()
     assert crawler.finish_reason == "finished"

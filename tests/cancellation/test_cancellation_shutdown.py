@@ -265,7 +265,7 @@ async def test_b_trio_crawler_turns_an_unexpected_error_into_a_record(
         return httpx.Response(200, html=links)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        crawler = Crawler(["http://example.com/"], client=client, max_tasks=2)
+        crawler = Crawler(["http://example.com/"], client=client, max_tasks=2, obey_robots=False)
         with trio.fail_after(HANG_LIMIT), caplog.at_level(logging.ERROR, "trio_crawler"):
             await crawler.crawl()
     records = {record.url: record for record in crawler.done}

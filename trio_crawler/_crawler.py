@@ -214,6 +214,7 @@ class CrawlerBase:
         """Attempt one URL until the core has its record (retries are the core's call)."""
         retry: FetchRequest | None = request
         while retry is not None:
+            self.state.attempt_started(retry, now=self._now())
             outcome = await self._attempt(client, retry)
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
@@ -229,6 +230,8 @@ class CrawlerBase:
             max_size=self.config.max_size,
             keep_exchange=self._on_exchange is not None,
             robots=request.robots,
+            # Our own clients carry the User-Agent already; a caller's gets it per request.
+            user_agent=self._user_agent if client is self._client else None,
         )
 
     def _start(self) -> None:

@@ -181,6 +181,7 @@ async def fetch(
     max_size: int = DEFAULT_MAX_SIZE,
     keep_exchange: bool = False,
     robots: bool = False,
+    user_agent: str | None = None,
 ) -> Outcome:
     """Make one GET attempt for ``url``.
 
@@ -192,6 +193,7 @@ async def fetch(
             sent and received, for ``--warc``) to the outcome. Off by default: it keeps a
             second copy of the body.
         robots: Mark the exchange as a robots.txt fetch.
+        user_agent: A User-Agent for this request, over the client's own.
 
     Returns:
         A Response for any completed exchange, or a FetchError saying whether a retry
@@ -200,7 +202,8 @@ async def fetch(
     response: httpx.Response | None = None
     raw_chunks: list[bytes] | None = [] if keep_exchange else None
     try:
-        async with client.stream("GET", url) as response:
+        headers = None if user_agent is None else {"user-agent": user_agent}
+        async with client.stream("GET", url, headers=headers) as response:
             body = await _read_body(response, max_size, raw_chunks)
             return Response(
                 status=response.status_code,
@@ -349,7 +352,7 @@ def _retry_after(response: httpx.Response) -> float | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²" is a digit to str.isdigit()
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)

@@ -143,6 +143,7 @@ class _Origin:
         "robots",
         "robots_pending",
         "sleeping",
+        "unstarted",
     )
 
     def __init__(self, key: str, *, delay: float, robots: RobotsRules | None) -> None:
@@ -157,6 +158,9 @@ class _Origin:
         self.next_start = 0.0  # the earliest time the next request may start
         self.robots = robots  # None: not fetched yet
         self.robots_pending = False
+        # With a delay: URLs handed out whose attempt has not started yet. The delay runs
+        # from a request's start, so none follows until the one before it has started.
+        self.unstarted: set[str] = set()
         self.failure: str | None = None  # robots.txt could not be fetched: this error
         self.ready = False  # has an entry in the ready heap
         self.sleeping = False  # has an entry in the sleeping heap
@@ -208,7 +212,8 @@ class CrawlState:
         self._started = 0  # URLs handed out for the first time, or recorded unfetched
         self._failed = 0
         self._scheduling = True
-        self._enqueue(config.roots, redirects_left=config.max_redirect, depth=0)
+        for root in config.roots:  # a batch each, so that roots go out in the order given
+            self._enqueue([root], redirects_left=config.max_redirect, depth=0)
 
     # -- what engines call -------------------------------------------------------------
 
@@ -271,6 +276,7 @@ class CrawlState:
             RuntimeError: If ``request`` is not in flight (an engine bug).
         """
         if isinstance(request, RobotsRequest):
+            self._started_now(self._origins[request.origin], request)
             return self._robots_finished(request, outcome, now)
         if request.url not in self._in_flight:
             raise RuntimeError(
@@ -278,6 +284,7 @@ class CrawlState:
                 "got it from next_request()"
             )
         origin = self._origins[origin_of(request.url)]
+        self._started_now(origin, request)
         if isinstance(outcome, FetchError):
             retry = self._failed_attempt(request, outcome)
             if retry is not None and origin.delay:
@@ -300,6 +307,30 @@ class CrawlState:
         self._request_ended(origin)
         return None
 
+    def attempt_started(self, request: FetchRequest, *, now: float = 0.0) -> None:
+        """Note that an attempt for ``request`` starts now: its host's delay runs from here.
+
+        ``next_request`` already starts the delay when it hands a request out, but a
+        request can wait for an idle worker after that; timing the delay from the real
+        start keeps requests to one host ``delay`` apart however long they waited.
+        """
+        origin = self._origin_of(request)
+        if origin.delay:
+            origin.next_start = max(origin.next_start, now + origin.delay)
+        self._started_now(origin, request)
+
+    def _origin_of(self, request: FetchRequest) -> _Origin:
+        if isinstance(request, RobotsRequest):
+            return self._origins[request.origin]
+        return self._origins[origin_of(request.url)]
+
+    def _started_now(self, origin: _Origin, request: FetchRequest) -> None:
+        """``request`` has started (or ended, or gone back): the next may be handed out."""
+        if origin.unstarted:
+            origin.unstarted.discard(request.url)
+            if not origin.unstarted:
+                self._make_ready(origin)
+
     def put_back(self, request: FetchRequest) -> None:
         """Return a request that was handed out but never attempted, to be handed out again.
 
@@ -310,11 +341,16 @@ class CrawlState:
             self._robots_in_flight -= 1
             origin = self._origins[request.origin]
             origin.robots_pending = False
+            self._started_now(origin, request)
             self._make_ready(origin)
         else:
             if request.url not in self._in_flight:
                 raise RuntimeError(f"{request.url} is not in flight; it cannot be put back")
-            self._requeue(self._origins[origin_of(request.url)], request)
+            if request.attempt == 1:
+                self._started -= 1  # it counts toward max_pages when it is handed out again
+            origin = self._origins[origin_of(request.url)]
+            self._started_now(origin, request)
+            self._requeue(origin, request)
 
     def stop_scheduling(self) -> None:
         """Hand out no more requests; the crawl is finished once in-flight URLs are done."""
@@ -379,7 +415,7 @@ class CrawlState:
         heapq.heappush(self._ready, (origin.head_sequence(), origin.key))
 
     def _can_start(self, origin: _Origin) -> bool:
-        if origin.robots_pending:
+        if origin.robots_pending or origin.unstarted:
             return False
         limit = self.config.max_per_host
         return limit is None or origin.in_flight < limit
@@ -390,6 +426,8 @@ class CrawlState:
             origin.robots_pending = True
             self._robots_in_flight += 1
             origin.next_start = now + origin.delay
+            if origin.delay:
+                origin.unstarted.add(robots_url(origin.key))
             url = robots_url(origin.key)
             LOGGER.debug("fetching %s", url)
             return RobotsRequest(url=url, redirects_left=MAX_ROBOTS_REDIRECTS, origin=origin.key)
@@ -419,6 +457,8 @@ class CrawlState:
         self._in_flight.add(request.url)
         origin.in_flight += 1
         origin.next_start = now + origin.delay
+        if origin.delay:
+            origin.unstarted.add(request.url)
         return request
 
     def _robots_allow(self, origin: _Origin, url: str) -> bool:

@@ -40,7 +40,7 @@ _SAFE_QUERY = _SAFE_PATH + "?"
 # Characters that may not appear in a host after IDNA: WHATWG's forbidden domain code points
 # that urlsplit lets through (C0 controls, space, DEL, "%", "<", ">", "^", "|", "\\") plus
 # the other characters RFC 3986 does not allow in a reg-name.
-_FORBIDDEN_HOST_CHARS = frozenset(_STRIP + '%<>"\\^`{|}\x7f')
+_FORBIDDEN_HOST_CHARS = frozenset(_STRIP + '%<>"\\^`{|}\x7f:[]')
 # A bracketed host with an optional port, the whole host-and-port part of a netloc.
 _BRACKETED_HOST = re.compile(r"\[[^\]]*\](?::[0-9]*)?")
 
@@ -54,7 +54,9 @@ def normalize_url(href: str, base: str | None = None) -> str | None:
     """
     href = _TAB_OR_NEWLINE.sub("", href.strip(_STRIP))
     try:
-        absolute = urljoin(base, href) if base else href
+        # Joined even without a base: urljoin also drops an empty ";params" part, so a URL
+        # must pass through it either way to have one spelling.
+        absolute = urljoin(base or href, href)
         parts = urlsplit(absolute)
         scheme = parts.scheme.lower()
         if scheme not in _SCHEMES:
@@ -175,7 +177,11 @@ def _normalize_netloc(parts: SplitResult, scheme: str) -> str | None:
     if not host:
         return None
     port = parts.port  # raises ValueError when out of range or not a number
-    if parts.netloc.rpartition("@")[2].startswith("["):
+    hostport = parts.netloc.rpartition("@")[2]
+    if not hostport.startswith("[") and ("[" in hostport or "]" in hostport):
+        # urlsplit reads "a[::1]" as the host "::1": brackets belong only around a whole host.
+        return None
+    if hostport.startswith("["):
         host_text = _ipv6_literal(parts, host)
         if host_text is None:
             return None

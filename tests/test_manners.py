@@ -1,0 +1,619 @@
+"""Manners, on every engine against a real server: robots.txt, the User-Agent, per-host limits.
+
+Each requirement of the manners issue is shown on the wire: which requests the server saw,
+in what order, with which User-Agent, and when each one arrived. On Trio's virtual clock the
+times are exact, so "Crawl-delay: 2" shows as request starts exactly two seconds apart. On
+asyncio the same scenarios run on the real clock with their times scaled down
+(``engine.seconds``), where a request's start as the server sees it jitters with the load
+on the machine, so only coarser bounds are checked there (see :func:`assert_gaps`).
+
+Two things cannot be scaled: ``Retry-After`` takes whole seconds, so on the real clock it is
+1 (the least that still waits), and the 60 s cap on a host's wait is lowered for the
+real-clock engines rather than spending a minute per test.
+
+tests/test_state_manners.py steps the same rules through the core by hand.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from conftest import Engine
+
+import trio_crawler._state as state_module
+from trio_crawler import FetchStatistic, __version__
+from trio_crawler._config import MAX_HOST_DELAY
+from trio_crawler._crawler import CrawlerBase
+
+from httpserver import Handler, Reply, Request, TestServer, open_test_server
+
+pytestmark = pytest.mark.anyio
+
+# Seconds (virtual on Trio, a tenth of them real on asyncio) after which a crawl is hung. The
+# longest scenario waits out the 60 s cap twice.
+HANG_LIMIT = 600
+
+NOT_FOUND = Reply.html("not found", status=404)
+
+
+def page(*hrefs: str) -> Reply:
+    links = "".join(f'<a href="{href}">{href}</a>\n' for href in hrefs)
+    return Reply.html(f"<html><body>{links}</body></html>")
+
+
+def robots_txt(text: str, *, status: int = 200) -> Reply:
+    return Reply(status=status, headers=[("content-type", "text/plain")], body=text.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One request, as the server saw it arrive."""
+
+    target: str
+    start: float  # anyio.current_time() when it arrived: virtual on Trio
+    user_agent: str | None
+
+
+class Site:
+    """A test server whose every request goes through one handler that notes it.
+
+    ``TestServer`` counts targets; these tests also need when each request arrived and the
+    User-Agent it carried, so the routes are served from its ``fallback``. A request the
+    server drops (``drop_first``) never reaches a handler and is only in ``server.requests``.
+    """
+
+    def __init__(self, server: TestServer, routes: Mapping[str, Handler], default: Handler):
+        self.server = server
+        self.routes = dict(routes)
+        self.default = default
+        self.hits: list[Hit] = []
+        server.fallback(self._handle)
+
+    def url(self, target: str = "/") -> str:
+        return self.server.url(target)
+
+    def targets(self) -> list[str]:
+        return [hit.target for hit in self.hits]
+
+    def starts(self, target: str | None = None) -> list[float]:
+        return [hit.start for hit in self.hits if target is None or hit.target == target]
+
+    async def _handle(self, request: Request) -> Reply:
+        user_agent = request.headers.get("user-agent")
+        self.hits.append(Hit(request.target, anyio.current_time(), user_agent))
+        handler = self.routes.get(request.target, self.default)
+        return handler if isinstance(handler, Reply) else await handler(request)
+
+
+@asynccontextmanager
+async def open_site(
+    routes: Mapping[str, Handler] | None = None, *, default: Handler = NOT_FOUND
+) -> AsyncIterator[Site]:
+    """A :class:`Site` on 127.0.0.1; targets not in ``routes`` get ``default`` (a 404)."""
+    async with open_test_server() as server:
+        yield Site(server, routes or {}, default)
+
+
+async def crawl(engine: Engine, roots: list[str] | str, **options: Any) -> CrawlerBase:
+    """Crawl with robots.txt obeyed (the default), bounded by :data:`HANG_LIMIT`."""
+    crawler = engine.crawler([roots] if isinstance(roots, str) else roots, **options)
+    with anyio.fail_after(engine.seconds(HANG_LIMIT)):
+        await crawler.crawl()
+    return crawler
+
+
+def by_url(crawler: CrawlerBase) -> dict[str, FetchStatistic]:
+    records = {stat.url: stat for stat in crawler.done}
+    assert len(records) == len(crawler.done), "a URL was recorded twice"
+    return records
+
+
+def assert_gaps(engine: Engine, starts: list[float], expected: list[float]) -> None:
+    """The gaps between consecutive ``starts`` are ``expected``, exactly, on virtual time.
+
+    On the real clock a request reaches the server some milliseconds after the core hands
+    it out, and on a loaded machine one request can be late by more than a scaled-down
+    delay, which shortens the gap after it. There only the whole span is checked, and only
+    for half of what was asked: a delay that was not kept at all still fails. (The delay
+    tests also check ``crawler.elapsed``, the engine's own clock, for the full lower bound.)
+    """
+    gaps = [later - earlier for earlier, later in pairwise(starts)]
+    assert len(gaps) == len(expected), f"{len(starts)} starts: {starts}"
+    if engine.virtual_time:
+        assert gaps == pytest.approx(expected, abs=1e-6)
+    else:
+        assert sum(gaps) >= sum(expected) / 2, gaps
+
+
+def retry_after_seconds(engine: Engine) -> int:
+    """Retry-After is whole seconds: 3 on virtual time, 1 (the least that waits) on the real
+    clock, where it is real waiting."""
+    return 3 if engine.virtual_time else 1
+
+
+async def slow_page(engine: Engine, request: Request) -> Reply:
+    await anyio.sleep(engine.seconds(1))
+    return page()
+
+
+# -- robots.txt: fetched once per origin, before anything else there ----------------------
+
+
+async def test_robots_txt_is_fetched_once_before_the_first_page(engine: Engine) -> None:
+    pages = [f"/p{i}" for i in range(20)]
+    async with open_site({"/": page(*pages)}, default=page()) as site:
+        crawler = await crawl(engine, site.url(), max_tasks=10)
+    assert site.server.hits["/robots.txt"] == 1
+    assert site.targets()[:2] == ["/robots.txt", "/"]
+    assert sorted(site.targets()[2:]) == sorted(pages)
+    # It is not a record, not a page, and not a seen URL.
+    assert set(by_url(crawler)) == {site.url()} | {site.url(p) for p in pages}
+    assert site.url("/robots.txt") not in crawler.seen_urls
+    assert crawler.statistics().todo == 0
+    assert crawler.finish_reason == "finished"
+
+
+async def test_concurrent_workers_wait_for_the_one_robots_fetch(engine: Engine) -> None:
+    async def slow_robots(request: Request) -> Reply:
+        await anyio.sleep(engine.seconds(1))
+        return robots_txt("User-agent: *\nDisallow: /private\n")
+
+    async with open_site({"/robots.txt": slow_robots}, default=page()) as site:
+        roots = [site.url(f"/p{i}") for i in range(20)]
+        crawler = await crawl(engine, roots, max_tasks=10)
+    assert site.server.hits["/robots.txt"] == 1
+    assert len(crawler.done) == 20
+    [robots_start] = site.starts("/robots.txt")
+    page_starts = [hit.start - robots_start for hit in site.hits if hit.target != "/robots.txt"]
+    assert len(page_starts) == 20
+    # No page starts before robots.txt has answered, a second later.
+    assert min(page_starts) >= engine.seconds(1)
+    if engine.virtual_time:
+        assert page_starts == pytest.approx([1.0] * 20)
+
+
+async def test_each_origin_gets_its_own_robots_txt_once(engine: Engine) -> None:
+    """Two servers on 127.0.0.1 are two origins (the port differs) in one scope (the port
+    is not part of host matching): each robots.txt is fetched once and rules only its own."""
+    b_rules = robots_txt("User-agent: *\nDisallow: /private\n")
+    async with (
+        open_site(default=page()) as site_a,
+        open_site({"/robots.txt": b_rules}, default=page()) as site_b,
+    ):
+        links = [f"/p{i}" for i in range(10)] + ["/private"]
+        site_a.routes["/"] = page(*links, *(site_b.url(link) for link in links))
+        crawler = await crawl(engine, site_a.url(), max_tasks=10)
+    assert site_a.server.hits["/robots.txt"] == 1
+    assert site_b.server.hits["/robots.txt"] == 1
+    assert site_b.targets()[0] == "/robots.txt"
+    assert "/private" in site_a.targets()  # A has no robots.txt (404): all allowed
+    assert "/private" not in site_b.targets()
+    expected = {site_a.url()} | {site_a.url(link) for link in links}
+    expected |= {site_b.url(link) for link in links if link != "/private"}
+    assert set(by_url(crawler)) == expected
+    assert crawler.limit_counts == {"robots_disallowed": 1}
+
+
+async def test_disallowed_urls_are_not_fetched_recorded_or_queued(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    routes = {
+        "/robots.txt": robots_txt("User-agent: *\nDisallow: /private\n"),
+        "/": page("/private/x", "/public"),
+        "/public": page("/private/x"),  # linked twice: counted once
+    }
+    async with open_site(routes) as site:
+        with caplog.at_level(logging.INFO, logger="trio_crawler"):
+            # Roots obey robots.txt too.
+            crawler = await crawl(engine, [site.url(), site.url("/private/root")])
+    assert sorted(site.targets()) == ["/", "/public", "/robots.txt"]
+    assert set(by_url(crawler)) == {site.url(), site.url("/public")}
+    assert crawler.limit_counts == {"robots_disallowed": 2}
+    assert f"robots.txt disallows {site.url('/private/x')}" in caplog.text
+    assert f"robots.txt disallows {site.url('/private/root')}" in caplog.text
+    assert crawler.finish_reason == "finished"
+
+
+@pytest.mark.parametrize(
+    ("status", "allowed"),
+    [
+        (200, False),  # the file's "Disallow: /" applies
+        (401, True),  # 4xx: unavailable, everything allowed (RFC 9309, 2.3.1.3)
+        (403, True),
+        (404, True),
+        (410, True),
+        (500, False),  # 5xx: unreachable, everything disallowed (RFC 9309, 2.3.1.4)
+        (503, False),
+    ],
+)
+async def test_robots_txt_status_decides_the_rules(
+    engine: Engine, status: int, allowed: bool
+) -> None:
+    # Every status carries the same body; only a 2xx makes it count.
+    routes = {"/robots.txt": robots_txt("User-agent: *\nDisallow: /\n", status=status)}
+    async with open_site(routes, default=page("/b")) as site:
+        crawler = await crawl(engine, [site.url(), site.url("/a")])
+    if allowed:
+        assert set(by_url(crawler)) == {site.url(), site.url("/a"), site.url("/b")}
+        assert crawler.limit_counts == {}
+    else:
+        assert site.targets() == ["/robots.txt"]  # not retried, and nothing else fetched
+        assert crawler.done == []  # not even the roots
+        assert crawler.limit_counts == {"robots_disallowed": 2}
+    assert crawler.finish_reason == "finished"
+
+
+async def test_robots_txt_network_error_fails_every_url_of_that_origin(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with open_site({"/": page("/a")}) as down, open_site({"/": page()}) as up:
+        down.server.drop_first("/robots.txt", 100)
+        with caplog.at_level(logging.INFO, logger="trio_crawler"):
+            crawler = await crawl(engine, [down.url(), down.url("/b"), up.url()], max_tries=3)
+    assert down.server.requests == ["/robots.txt"] * 3  # max_tries attempts, then no more
+    records = by_url(crawler)
+    assert set(records) == {down.url(), down.url("/b"), up.url()}
+    for url in (down.url(), down.url("/b")):
+        exception = records[url].exception
+        assert records[url].status is None
+        assert exception is not None
+        assert exception.startswith("RemoteProtocolError")
+    assert records[up.url()].status == 200  # the other origin is not affected
+    assert crawler.statistics().failed == 2
+    robots = down.url("/robots.txt")
+    assert f"try 3 for {robots} raised RemoteProtocolError" in caplog.text
+    assert f"; not fetching from {down.url('/').rstrip('/')}" in caplog.text
+
+
+async def test_refused_robots_txt_connection_fails_the_roots(engine: Engine) -> None:
+    async with open_test_server() as server:
+        dead = server.url()  # nothing listens there once the block ends
+    crawler = await crawl(engine, [dead, dead + "x"], max_tries=2)
+    assert [stat.url for stat in crawler.done] == [dead, dead + "x"]
+    for stat in crawler.done:
+        assert stat.status is None
+        assert stat.exception is not None
+        assert stat.exception.startswith("ConnectError")
+
+
+async def test_robots_txt_redirect_is_followed(engine: Engine) -> None:
+    routes = {
+        "/robots.txt": Reply.redirect("/real-robots.txt", status=301),
+        "/real-robots.txt": robots_txt("User-agent: *\nDisallow: /private\n"),
+        "/": page("/private", "/public"),
+    }
+    async with open_site(routes) as site:
+        crawler = await crawl(engine, site.url())
+    assert site.targets()[:2] == ["/robots.txt", "/real-robots.txt"]
+    assert sorted(site.targets()[2:]) == ["/", "/public"]
+    assert set(by_url(crawler)) == {site.url(), site.url("/public")}
+    assert crawler.limit_counts == {"robots_disallowed": 1}
+
+
+async def test_obey_robots_false_makes_no_robots_request(engine: Engine) -> None:
+    routes = {"/robots.txt": robots_txt("User-agent: *\nDisallow: /\n"), "/": page("/a")}
+    async with open_site(routes) as site:
+        crawler = await crawl(engine, site.url(), obey_robots=False)
+    assert site.targets() == ["/", "/a"]
+    assert crawler.limit_counts == {}
+
+
+OUR_GROUP = "User-agent: trio-crawler\nDisallow: /mine\n\nUser-agent: *\nDisallow: /\n"
+
+
+@pytest.mark.parametrize(
+    ("rules", "user_agent", "fetched"),
+    [
+        # Our group applies, not the catch-all, whatever User-Agent header is sent.
+        pytest.param(OUR_GROUP, None, ["/yours"], id="our-group"),
+        pytest.param(OUR_GROUP, "MyBot/1.0", ["/yours"], id="our-group-custom-agent"),
+        pytest.param(
+            OUR_GROUP.replace("trio-crawler", "Trio-Crawler"),
+            "MyBot/1.0",
+            ["/yours"],
+            id="our-group-any-case",
+        ),
+        # No group of ours: the catch-all applies.
+        pytest.param("User-agent: *\nDisallow: /mine\n", "MyBot/1.0", ["/yours"], id="catch-all"),
+        # Only someone else's group: nothing applies to us.
+        pytest.param("User-agent: otherbot\nDisallow: /\n", None, ["/mine", "/yours"], id="not-us"),
+    ],
+)
+async def test_rules_are_matched_on_the_product_token(
+    engine: Engine, rules: str, user_agent: str | None, fetched: list[str]
+) -> None:
+    routes = {"/robots.txt": robots_txt(rules), "/": page("/mine", "/yours")}
+    async with open_site(routes) as site:
+        await crawl(engine, site.url(), user_agent=user_agent)
+    assert sorted(site.targets()) == sorted(["/robots.txt", "/", *fetched])
+
+
+async def test_robots_txt_is_not_a_page_for_max_pages(engine: Engine) -> None:
+    routes = {
+        "/robots.txt": robots_txt("User-agent: *\nDisallow: /a\n"),
+        "/": page("/a", "/b", "/c"),
+    }
+    async with open_site(routes) as site:
+        crawler = await crawl(engine, site.url(), max_pages=2)
+    # robots.txt and the disallowed /a take no share of the two pages.
+    assert [stat.url for stat in crawler.done] == [site.url(), site.url("/b")]
+    assert site.targets() == ["/robots.txt", "/", "/b"]
+    assert crawler.finish_reason == "max-pages"
+
+
+async def test_crawl_delay_spaces_requests_to_that_host(engine: Engine) -> None:
+    delay = engine.seconds(2)
+    routes = {
+        "/robots.txt": robots_txt(f"User-agent: *\nCrawl-delay: {delay:g}\n"),
+        "/": page("/a", "/b", "/c"),
+    }
+    async with open_site(routes) as site:
+        crawler = await crawl(engine, site.url(), max_tasks=10)
+    assert site.targets() == ["/robots.txt", "/", "/a", "/b", "/c"]
+    # The first page waits too: the delay runs from when robots.txt told us of it.
+    assert_gaps(engine, site.starts(), [delay] * 4)
+    engine.assert_duration(crawler.elapsed, 4 * delay)
+
+
+# -- the User-Agent --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("user_agent", "sent"),
+    [(None, f"trio-crawler/{__version__}"), ("X/1", "X/1")],
+)
+async def test_user_agent_is_sent_on_every_request(
+    engine: Engine, user_agent: str | None, sent: str
+) -> None:
+    async with open_site({"/": page("/a")}) as site:
+        await crawl(engine, site.url(), user_agent=user_agent)
+    assert site.targets() == ["/robots.txt", "/", "/a"]
+    assert [hit.user_agent for hit in site.hits] == [sent] * 3
+
+
+async def test_user_agent_is_sent_through_a_shared_client(engine: Engine) -> None:
+    async with open_site({"/": page()}) as site, httpx.AsyncClient() as client:
+        await crawl(engine, site.url(), client=client, user_agent="X/1")
+    assert [hit.user_agent for hit in site.hits] == ["X/1"] * 2
+
+
+# -- per-host limits: max_per_host and delay ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_per_host", "in_flight", "rounds"),
+    [(2, 2, 5), (None, 5, 2)],  # 10 one-second pages: 5 rounds of 2, or 2 rounds of 5
+)
+async def test_max_per_host_bounds_requests_in_flight(
+    engine: Engine, max_per_host: int | None, in_flight: int, rounds: int
+) -> None:
+    async def slow(request: Request) -> Reply:
+        return await slow_page(engine, request)
+
+    pages = [f"/p{i}" for i in range(10)]
+    routes = {"/robots.txt": NOT_FOUND, "/": page(*pages)}
+    async with open_site(routes, default=slow) as site:
+        crawler = await crawl(engine, site.url(), max_tasks=5, max_per_host=max_per_host)
+    assert site.server.max_in_flight == in_flight
+    assert len(crawler.done) == 11
+    engine.assert_duration(crawler.elapsed, engine.seconds(rounds))
+
+
+async def test_max_per_host_is_per_origin(engine: Engine) -> None:
+    async def slow(request: Request) -> Reply:
+        return await slow_page(engine, request)
+
+    async with (
+        open_site({"/robots.txt": NOT_FOUND}, default=slow) as site_a,
+        open_site({"/robots.txt": NOT_FOUND}, default=slow) as site_b,
+    ):
+        links = [f"/p{i}" for i in range(10)]
+        site_a.routes["/"] = page(*links, *(site_b.url(link) for link in links))
+        crawler = await crawl(engine, site_a.url(), max_tasks=10, max_per_host=2)
+    assert site_a.server.max_in_flight == 2
+    assert site_b.server.max_in_flight == 2
+    assert len(crawler.done) == 21
+    # Both hosts at once: 5 rounds of 2 each, not 10 rounds of 2 shared.
+    engine.assert_duration(crawler.elapsed, engine.seconds(5))
+
+
+async def test_delay_spaces_request_starts_on_one_host(engine: Engine) -> None:
+    delay = engine.seconds(1)
+    async with open_site({"/": page("/a", "/b", "/c", "/d")}) as site:
+        crawler = await crawl(engine, site.url(), max_tasks=10, delay=delay)
+    assert site.targets() == ["/robots.txt", "/", "/a", "/b", "/c", "/d"]
+    assert_gaps(engine, site.starts(), [delay] * 5)  # robots.txt is a request like any other
+    engine.assert_duration(crawler.elapsed, 5 * delay)
+
+
+async def test_delay_holds_while_every_worker_is_busy(engine: Engine) -> None:
+    # On the real clock the gap checked below follows a whole request to /b, which on a
+    # loaded machine can take a good part of a tenth of a second: hence 0.3 s there.
+    delay = 1.0 if engine.virtual_time else 0.3
+    busy = 3 * delay
+
+    async def slow(request: Request) -> Reply:
+        await anyio.sleep(busy)
+        return page()
+
+    async with open_site({"/": page("/a", "/b", "/c"), "/a": slow}) as site:
+        await crawl(engine, site.url(), max_tasks=1, delay=delay, obey_robots=False)
+    assert site.targets() == ["/", "/a", "/b", "/c"]
+    # /b waits for the only worker, busy with /a; /c must still wait its delay after /b.
+    if engine.virtual_time:
+        assert_gaps(engine, site.starts(), [delay, busy, delay])
+    else:
+        b_start, c_start = site.starts()[2:]
+        assert c_start - b_start >= delay / 2
+
+
+async def test_a_host_waiting_out_its_delay_does_not_hold_back_other_hosts(
+    engine: Engine,
+) -> None:
+    delay = engine.seconds(5)
+    slow_routes = {
+        "/robots.txt": robots_txt(f"User-agent: *\nCrawl-delay: {delay:g}\n"),
+        "/": page("/a1", "/a2"),
+    }
+    quick_pages = [f"/b{i}" for i in range(6)]
+    async with (
+        open_site(slow_routes) as slow_host,
+        open_site({"/": page(*quick_pages)}) as quick_host,
+    ):
+        crawler = await crawl(engine, [slow_host.url(), quick_host.url()], max_tasks=2)
+    assert slow_host.targets() == ["/robots.txt", "/", "/a1", "/a2"]
+    assert sorted(quick_host.targets()) == sorted(["/robots.txt", "/", *quick_pages])
+    assert len(crawler.done) == 3 + 7
+    assert_gaps(engine, slow_host.starts(), [delay] * 3)
+    # Every request to the quick host is made while the slow one waits for its first page.
+    first_slow_page = slow_host.starts("/")[0]
+    assert max(quick_host.starts()) < first_slow_page
+    if engine.virtual_time:
+        start = slow_host.starts("/robots.txt")[0]
+        assert quick_host.starts() == pytest.approx([start] * 8)
+    engine.assert_duration(crawler.elapsed, 3 * delay)
+
+
+# -- Retry-After -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_retry_after_is_waited_out_then_retried(
+    engine: Engine, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    wait = retry_after_seconds(engine)
+    answers = [Reply(status=status, headers=[("retry-after", str(wait))]), page()]
+
+    async def busy_once(request: Request) -> Reply:
+        return answers.pop(0)
+
+    async with open_site({"/": page("/busy"), "/busy": busy_once}) as site:
+        with caplog.at_level(logging.INFO, logger="trio_crawler"):
+            crawler = await crawl(engine, site.url(), max_tries=2)
+    assert by_url(crawler)[site.url("/busy")].status == 200
+    assert_gaps(engine, site.starts("/busy"), [wait])
+    assert crawler.limit_counts == {"retried_after_wait": 1}
+    assert f"try 1 for {site.url('/busy')} got {status}; retrying after {wait} s" in caplog.text
+
+
+@pytest.mark.parametrize("max_tries", [1, 2])
+async def test_retry_after_counts_against_max_tries(engine: Engine, max_tries: int) -> None:
+    wait = retry_after_seconds(engine)
+    always_busy = Reply(status=503, headers=[("retry-after", str(wait))], body=b"busy")
+    async with open_site({"/": page("/busy"), "/busy": always_busy}) as site:
+        crawler = await crawl(engine, site.url(), max_tries=max_tries)
+    assert site.server.hits["/busy"] == max_tries
+    assert by_url(crawler)[site.url("/busy")] == FetchStatistic(
+        url=site.url("/busy"), status=503, size=4
+    )
+    assert crawler.limit_counts.get("retried_after_wait", 0) == max_tries - 1
+
+
+async def test_retry_after_holds_the_whole_host(engine: Engine) -> None:
+    """A URL found while its host waits out a Retry-After waits too."""
+    wait = retry_after_seconds(engine)
+    answers = [Reply(status=503, headers=[("retry-after", str(wait))]), page()]
+
+    async def busy_once(request: Request) -> Reply:
+        return answers.pop(0)
+
+    async def slow(request: Request) -> Reply:
+        await anyio.sleep(wait / 3)
+        return page("/later")
+
+    routes: dict[str, Handler] = {"/": page("/busy", "/slow"), "/busy": busy_once, "/slow": slow}
+    async with open_site(routes) as site:
+        await crawl(engine, site.url(), max_tasks=10)
+    [first_try, retry] = site.starts("/busy")
+    [later] = site.starts("/later")
+    if engine.virtual_time:
+        assert (retry - first_try, later - first_try) == pytest.approx((wait, wait))
+    else:
+        assert later - first_try >= wait / 2
+
+
+async def test_retry_after_as_an_http_date(engine: Engine) -> None:
+    tries = 0
+
+    async def busy_once(request: Request) -> Reply:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            # Dates have whole seconds: two seconds from now waits between one and two.
+            when = email.utils.formatdate(time.time() + 2, usegmt=True)
+            return Reply(status=503, headers=[("retry-after", when)])
+        return page()
+
+    async with open_site({"/": page("/busy"), "/busy": busy_once}) as site:
+        crawler = await crawl(engine, site.url())
+    assert by_url(crawler)[site.url("/busy")].status == 200
+    assert crawler.limit_counts == {"retried_after_wait": 1}
+    [first_try, retry] = site.starts("/busy")
+    slack = 0 if engine.virtual_time else 0.5
+    assert 1 - slack <= retry - first_try <= 2 + slack
+
+
+@pytest.mark.parametrize("source", ["Retry-After", "Crawl-delay"])
+async def test_no_host_waits_longer_than_the_cap(
+    engine: Engine, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert MAX_HOST_DELAY == 60
+    cap = MAX_HOST_DELAY
+    if not engine.virtual_time:
+        # A minute of real time per test is too long: on the real clock the cap is lowered.
+        cap = 0.5
+        monkeypatch.setattr(state_module, "MAX_HOST_DELAY", cap)
+    hour = "3600"
+    if source == "Retry-After":
+        answers = [Reply(status=503, headers=[("retry-after", hour)]), page()]
+
+        async def busy_once(request: Request) -> Reply:
+            return answers.pop(0)
+
+        routes: dict[str, Handler] = {"/": page("/busy"), "/busy": busy_once}
+        target, expected_gaps = "/busy", [cap]
+    else:
+        routes = {
+            "/robots.txt": robots_txt(f"User-agent: *\nCrawl-delay: {hour}\n"),
+            "/": page("/a"),
+        }
+        target, expected_gaps = None, [cap, cap]
+    async with open_site(routes) as site:
+        crawler = await crawl(engine, site.url())
+    assert len(crawler.done) == 2
+    assert_gaps(engine, site.starts(target), expected_gaps)
+    if not engine.virtual_time:
+        # ... and it was the cap that ended the wait, not an hour.
+        assert crawler.elapsed < 5
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (503, []),  # no Retry-After: a record like any other status
+        (429, []),
+        (503, [("retry-after", "soon")]),  # not a number of seconds nor a date
+        (500, [("retry-after", "1")]),  # only 429 and 503 mean "later"
+    ],
+)
+async def test_without_a_usable_retry_after_a_status_is_a_plain_record(
+    engine: Engine, status: int, headers: list[tuple[str, str]]
+) -> None:
+    routes = {"/": page("/busy"), "/busy": Reply(status=status, headers=headers)}
+    async with open_site(routes) as site:
+        crawler = await crawl(engine, site.url())
+    assert site.server.hits["/busy"] == 1
+    assert by_url(crawler)[site.url("/busy")] == FetchStatistic(
+        url=site.url("/busy"), status=status
+    )
+    assert crawler.limit_counts == {}

@@ -1,0 +1,669 @@
+"""Manners in the core, stepped by hand: robots.txt, delays, Retry-After and per-host limits.
+
+No event loop and no clock: every ``next_request`` and ``attempt_finished`` is given its
+``now``, so a test says exactly when a host may go again and checks ``next_wakeup``. Each
+step asserts what the engines rely on: what is handed out, what waits, what is recorded
+and what :meth:`CrawlState.statistics` says. tests/test_manners.py shows the same rules on
+the wire, on every engine.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from trio_crawler._config import MAX_HOST_DELAY, CrawlConfig
+from trio_crawler._events import FetchError, FetchRequest, Response, RobotsRequest
+from trio_crawler._robots import MAX_ROBOTS_REDIRECTS
+from trio_crawler._state import CrawlState, CrawlStatistics
+from trio_crawler._stats import FetchStatistic
+
+ROOT = "http://example.com/"
+ORIGIN = "http://example.com"
+ROBOTS = "http://example.com/robots.txt"
+REFUSED = FetchError(error="ConnectError: refused", retryable=True)
+
+
+def make_state(*roots: str, **options: object) -> tuple[CrawlState, list[FetchStatistic]]:
+    """A crawl of ``roots`` (ROOT if none) with robots.txt obeyed unless told otherwise."""
+    written: list[FetchStatistic] = []
+    config = CrawlConfig.create(roots or [ROOT], **options)  # type: ignore[arg-type]
+    return CrawlState(config, on_record=written.append), written
+
+
+def take(state: CrawlState, now: float = 0.0) -> FetchRequest:
+    """Hand a request out and start its attempt at once, as an idle worker would."""
+    request = state.next_request(now=now)
+    assert request is not None
+    state.attempt_started(request, now=now)
+    return request
+
+
+def html(*hrefs: str) -> Response:
+    body = "".join(f'<a href="{href}">x</a>' for href in hrefs).encode()
+    return Response(status=200, content_type="text/html; charset=utf-8", body=body)
+
+
+def robots_txt(text: str = "", *, status: int = 200) -> Response:
+    return Response(status=status, content_type="text/plain", body=text.encode())
+
+
+def stats(queued: int, in_flight: int, done: int, seen: int, failed: int = 0) -> CrawlStatistics:
+    return CrawlStatistics(queued=queued, in_flight=in_flight, done=done, seen=seen, failed=failed)
+
+
+def open_origin(state: CrawlState, rules: str = "", now: float = 0.0) -> None:
+    """Hand out the next robots.txt request and answer it with ``rules``."""
+    robots = take(state, now)
+    assert robots.robots
+    assert state.attempt_finished(robots, robots_txt(rules), now=now) is None
+
+
+# -- robots.txt comes first, once per origin --------------------------------------------
+
+
+def test_robots_txt_comes_first_and_holds_its_origin() -> None:
+    state, written = make_state(ROOT, ROOT + "private/x")
+    assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
+
+    robots = take(state)
+    assert robots.robots is True
+    assert robots == RobotsRequest(
+        url=ROBOTS, redirects_left=MAX_ROBOTS_REDIRECTS, attempt=1, origin=ORIGIN
+    )
+    # robots.txt is in flight in the counts, but it is not a URL of the crawl.
+    assert state.statistics() == stats(queued=2, in_flight=1, done=0, seen=2)
+    assert state.in_flight == frozenset()
+    assert ROBOTS not in state.seen_urls
+    # The origin's URLs wait for its outcome, which is no timer: nothing to wake up for.
+    assert state.next_request(now=100.0) is None
+    assert state.next_wakeup() is None
+    assert not state.finished
+
+    assert state.attempt_finished(robots, robots_txt("User-agent: *\nDisallow: /private\n")) is None
+    assert written == []  # robots.txt is never a record
+    assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
+
+    root = take(state)
+    assert root == FetchRequest(url=ROOT, redirects_left=10, attempt=1, depth=0)
+    assert state.next_request() is None  # /private/x is settled without a request...
+    assert state.limit_counts == {"robots_disallowed": 1}  # ... counted, not recorded
+    assert state.statistics() == stats(queued=0, in_flight=1, done=0, seen=2)
+
+    assert state.attempt_finished(root, html()) is None
+    assert [stat.url for stat in written] == [ROOT]
+    assert state.statistics() == stats(queued=0, in_flight=0, done=1, seen=2)
+    assert state.finished
+
+
+def test_robots_txt_is_fetched_once_whatever_the_number_of_urls() -> None:
+    state, _ = make_state(*(f"{ROOT}p{i}" for i in range(20)))
+    robots = take(state)
+    # Twenty idle workers asking: none gets robots.txt again, none gets a page yet.
+    assert [state.next_request() for _ in range(20)] == [None] * 20
+    state.attempt_finished(robots, robots_txt(status=404))
+    handed_out = [state.next_request() for _ in range(21)]
+    assert [request.url for request in handed_out[:20] if request is not None] == [
+        f"{ROOT}p{i}" for i in range(20)
+    ]
+    assert handed_out[20] is None
+    assert not any(request.robots for request in handed_out if request is not None)
+    # Links found later on the same origin need no second robots.txt.
+    assert handed_out[0] is not None
+    state.attempt_finished(handed_out[0], html("/later"))
+    assert take(state).url == ROOT + "later"
+
+
+def test_each_origin_waits_for_its_own_robots_txt_only() -> None:
+    state, _ = make_state("http://a.com/", "http://b.com/")
+    robots_a, robots_b = take(state), take(state)
+    assert (robots_a.url, robots_b.url) == ("http://a.com/robots.txt", "http://b.com/robots.txt")
+    assert state.next_request() is None
+    assert state.statistics() == stats(queued=2, in_flight=2, done=0, seen=2)
+
+    state.attempt_finished(robots_b, robots_txt(status=404))
+    assert take(state).url == "http://b.com/"  # b goes on while a.com's rules are awaited
+    assert state.next_request() is None
+    state.attempt_finished(robots_a, robots_txt(status=404))
+    assert take(state).url == "http://a.com/"
+
+
+@pytest.mark.parametrize(
+    ("roots", "robots_urls"),
+    [
+        # Scheme, host and port make an origin (RFC 9309, section 2.3).
+        (
+            ["http://a.com/", "https://a.com/", "http://a.com:8080/"],
+            ["http://a.com/robots.txt", "https://a.com/robots.txt", "http://a.com:8080/robots.txt"],
+        ),
+        # The same origin however it is spelled: default port, upper case, a user.
+        (["http://a.com/x", "HTTP://A.COM:80/y", "http://me@a.com/z"], ["http://a.com/robots.txt"]),
+    ],
+)
+def test_an_origin_is_scheme_host_and_port(roots: list[str], robots_urls: list[str]) -> None:
+    state, _ = make_state(*roots)
+    handed_out = []
+    while (request := state.next_request()) is not None:
+        handed_out.append(request)
+    assert all(request.robots for request in handed_out)
+    assert [request.url for request in handed_out] == robots_urls
+
+
+def test_a_new_origin_found_later_gets_robots_txt_first() -> None:
+    # Another port of a root host is in scope (the port is not part of host matching),
+    # but it is another origin, with a robots.txt of its own.
+    state, _ = make_state("http://a.com/")
+    open_origin(state)
+    state.attempt_finished(take(state), html("http://a.com:8080/x", "/y"))
+    assert take(state).url == "http://a.com/y"
+    robots = take(state)
+    assert robots == RobotsRequest(
+        url="http://a.com:8080/robots.txt", redirects_left=5, origin="http://a.com:8080"
+    )
+    assert state.next_request() is None
+    state.attempt_finished(robots, robots_txt(status=404))
+    assert take(state).url == "http://a.com:8080/x"
+
+
+# -- what robots.txt says ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("outcome", "allowed"),
+    [
+        (robots_txt("User-agent: *\nDisallow: /\n"), False),  # 2xx: the rules apply
+        (robots_txt("User-agent: *\nDisallow: /\n", status=204), False),
+        (robots_txt(""), True),  # an empty file allows everything
+        (robots_txt("User-agent: *\nDisallow: /\n", status=401), True),  # 4xx: unavailable
+        (robots_txt("User-agent: *\nDisallow: /\n", status=403), True),
+        (robots_txt("User-agent: *\nDisallow: /\n", status=404), True),
+        (robots_txt("User-agent: *\nDisallow: /\n", status=500), False),  # 5xx: unreachable
+        (robots_txt("User-agent: *\nDisallow: /\n", status=503), False),
+        (Response(status=302), True),  # a redirect with nowhere to go: unavailable
+    ],
+)
+def test_robots_txt_status_decides_the_rules(outcome: Response, allowed: bool) -> None:
+    state, written = make_state(ROOT, ROOT + "a")
+    assert state.attempt_finished(take(state), outcome) is None  # never retried
+    if allowed:
+        assert [take(state).url, take(state).url] == [ROOT, ROOT + "a"]
+        assert state.limit_counts == {}
+    else:
+        # Not even the roots: no request, no record, and the crawl is over.
+        assert state.next_request() is None
+        assert state.finished
+        assert written == []
+        assert state.limit_counts == {"robots_disallowed": 2}
+        assert state.statistics() == stats(queued=0, in_flight=0, done=0, seen=2)
+
+
+def test_disallowed_links_are_counted_once_and_never_queued(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state, written = make_state()
+    open_origin(state, "User-agent: *\nDisallow: /private\n")
+    root = take(state)
+    with caplog.at_level(logging.INFO, logger="trio_crawler"):
+        state.attempt_finished(root, html("/private/a", "/public"))
+        public = take(state)
+        state.attempt_finished(public, html("/private/a", "/private/b"))
+    assert state.next_request() is None
+    assert state.finished
+    assert [stat.url for stat in written] == [ROOT, ROOT + "public"]
+    # Distinct URLs: /private/a, linked twice, counts once (it is seen, so not new again).
+    assert state.limit_counts == {"robots_disallowed": 2}
+    assert caplog.messages == [
+        f"robots.txt disallows {ROOT}private/a",
+        f"robots.txt disallows {ROOT}private/b",
+    ]
+    assert state.statistics() == stats(queued=0, in_flight=0, done=2, seen=4)
+
+
+@pytest.mark.parametrize("user_agent", [None, "MyBot/1.0"])
+def test_rules_are_matched_on_the_product_token(user_agent: str | None) -> None:
+    rules = (
+        "User-agent: mybot\nDisallow: /\n\n"
+        "User-agent: trio-crawler\nDisallow: /mine\n\n"
+        "User-agent: *\nDisallow: /\n"
+    )
+    state, _ = make_state(ROOT, ROOT + "mine", ROOT + "yours", user_agent=user_agent)
+    open_origin(state, rules)
+    assert [take(state).url, take(state).url] == [ROOT, ROOT + "yours"]
+    assert state.next_request() is None
+    assert state.limit_counts == {"robots_disallowed": 1}
+
+
+def test_redirect_targets_obey_robots_txt() -> None:
+    state, _ = make_state()
+    open_origin(state, "User-agent: *\nDisallow: /private\n")
+    state.attempt_finished(take(state), Response(status=301, location="/private/moved"))
+    assert state.next_request() is None
+    assert state.finished
+    assert state.limit_counts == {"robots_disallowed": 1}
+    assert [stat.next_url for stat in state.done] == [ROOT + "private/moved"]
+
+
+def test_robots_txt_redirects_are_followed_for_the_origin() -> None:
+    state, written = make_state()
+    request = state.attempt_finished(
+        take(state), Response(status=301, location="http://cdn.example.net/rules.txt")
+    )
+    # The target is fetched next, as the same origin's robots.txt, with one redirect fewer.
+    assert request == RobotsRequest(
+        url="http://cdn.example.net/rules.txt",
+        redirects_left=MAX_ROBOTS_REDIRECTS - 1,
+        attempt=1,
+        origin=ORIGIN,
+    )
+    assert state.statistics() == stats(queued=1, in_flight=1, done=0, seen=1)
+    assert state.next_request() is None
+    assert state.attempt_finished(request, robots_txt("User-agent: *\nDisallow: /\n")) is None
+    assert state.next_request() is None
+    assert state.limit_counts == {"robots_disallowed": 1}
+    assert written == []
+    assert state.finished
+
+
+def test_robots_txt_redirect_chain_ends_after_five_hops() -> None:
+    # RFC 9309, section 2.3.1.2: follow at least five; past that the file is unavailable.
+    state, _ = make_state()
+    request: FetchRequest | None = take(state)
+    for hop in range(1, MAX_ROBOTS_REDIRECTS + 1):
+        assert request is not None
+        request = state.attempt_finished(request, Response(status=301, location=f"/r{hop}"))
+        assert request == RobotsRequest(
+            url=f"{ROOT}r{hop}", redirects_left=MAX_ROBOTS_REDIRECTS - hop, origin=ORIGIN
+        )
+    assert request is not None
+    assert state.attempt_finished(request, Response(status=301, location="/r6")) is None
+    assert take(state).url == ROOT  # unavailable: everything allowed
+    assert MAX_ROBOTS_REDIRECTS == 5
+
+
+# -- robots.txt that cannot be fetched ---------------------------------------------------
+
+
+def test_robots_txt_network_error_fails_every_url_of_the_origin(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state, written = make_state(ROOT, ROOT + "a", "http://other.com/", max_tries=3)
+    robots, other_robots = take(state), take(state)
+    with caplog.at_level(logging.INFO, logger="trio_crawler"):
+        retry = state.attempt_finished(robots, REFUSED)
+        assert retry == RobotsRequest(url=ROBOTS, redirects_left=5, attempt=2, origin=ORIGIN)
+        retry = state.attempt_finished(retry, REFUSED)
+        assert retry is not None
+        assert retry.attempt == 3
+        assert state.statistics() == stats(queued=3, in_flight=2, done=0, seen=3)
+        assert state.attempt_finished(retry, REFUSED) is None
+    assert caplog.messages == [
+        f"try 1 for {ROBOTS} raised ConnectError: refused",
+        f"try 2 for {ROBOTS} raised ConnectError: refused",
+        f"try 3 for {ROBOTS} raised ConnectError: refused",
+        f"{ROBOTS} failed: ConnectError: refused; not fetching from {ORIGIN}",
+    ]
+    assert caplog.records[-1].levelno == logging.WARNING
+
+    # The origin's URLs are settled with that error instead of being fetched.
+    assert state.next_request() is None
+    failures = [
+        FetchStatistic(url=ROOT, exception="ConnectError: refused"),
+        FetchStatistic(url=ROOT + "a", exception="ConnectError: refused"),
+    ]
+    assert written == failures
+    assert state.statistics() == stats(queued=1, in_flight=1, done=2, seen=3, failed=2)
+
+    # A URL of the dead origin found later fails the same way, without another try.
+    state.attempt_finished(other_robots, robots_txt(status=404))
+    state.attempt_finished(take(state), html(ROOT + "later"))
+    assert state.next_request() is None
+    assert written[-1] == FetchStatistic(url=ROOT + "later", exception="ConnectError: refused")
+    assert state.finished
+    assert state.statistics() == stats(queued=0, in_flight=0, done=4, seen=4, failed=3)
+
+
+def test_robots_txt_error_a_retry_cannot_fix_fails_at_once() -> None:
+    state, written = make_state(max_tries=4)
+    failure = FetchError(error="UnsupportedProtocol: nope", retryable=False)
+    assert state.attempt_finished(take(state), failure) is None
+    assert state.next_request() is None
+    assert written == [FetchStatistic(url=ROOT, exception="UnsupportedProtocol: nope")]
+
+
+# -- delays: --delay, Crawl-delay and next_wakeup ----------------------------------------
+
+
+def test_crawl_delay_spaces_the_origins_requests() -> None:
+    state, _ = make_state(ROOT, ROOT + "a", ROOT + "b")
+    robots = take(state, now=100.0)
+    state.attempt_finished(robots, robots_txt("User-agent: *\nCrawl-delay: 2\n"), now=100.5)
+    # The delay runs from when the rules arrived.
+    assert state.next_request(now=100.5) is None
+    assert state.next_wakeup() == 102.5
+    assert not state.finished
+    assert state.statistics() == stats(queued=3, in_flight=0, done=0, seen=3)
+    assert state.next_request(now=102.4) is None
+    assert state.next_wakeup() == 102.5
+
+    assert take(state, now=102.5).url == ROOT
+    assert state.next_request(now=102.5) is None
+    assert state.next_wakeup() == 104.5
+    assert take(state, now=105.0).url == ROOT + "a"  # late is fine; the next waits from here
+    assert state.next_request(now=105.0) is None
+    assert state.next_wakeup() == 107.0
+    assert take(state, now=107.0).url == ROOT + "b"
+    assert state.next_request(now=107.0) is None
+    assert state.next_wakeup() is None  # nothing queued is waiting
+
+
+@pytest.mark.parametrize(
+    ("delay", "crawl_delay", "spacing"),
+    [
+        (0.0, None, 0.0),
+        (1.0, None, 1.0),  # --delay alone; robots.txt's own request counts as a start
+        (0.0, "2", 2.0),
+        (3.0, "2", 3.0),  # the larger of the two
+        (1.0, "0.5", 1.0),
+        (0.0, "3600", MAX_HOST_DELAY),  # capped
+        (0.0, "nonsense", 0.0),
+    ],
+)
+def test_spacing_is_the_larger_of_delay_and_crawl_delay_capped(
+    delay: float, crawl_delay: str | None, spacing: float
+) -> None:
+    state, _ = make_state(ROOT, ROOT + "a", ROOT + "b", delay=delay)
+    rules = "" if crawl_delay is None else f"User-agent: *\nCrawl-delay: {crawl_delay}\n"
+    open_origin(state, rules, now=0.0)
+    for n in (1, 2, 3):
+        if spacing:
+            assert state.next_request(now=n * spacing - 0.01) is None
+            assert state.next_wakeup() == n * spacing
+        take(state, now=n * spacing)
+
+
+def test_a_host_waiting_out_its_delay_does_not_hold_back_others() -> None:
+    slow, quick = "http://slow.com/", "http://quick.com/"
+    state, _ = make_state(slow, slow + "2", quick, quick + "2")
+    slow_robots, quick_robots = take(state), take(state)
+    state.attempt_finished(slow_robots, robots_txt("User-agent: *\nCrawl-delay: 5\n"), now=0.0)
+    state.attempt_finished(quick_robots, robots_txt(status=404), now=0.0)
+    # slow.com's URLs were found first, but it must wait: quick.com's go now.
+    assert [take(state).url, take(state).url] == [quick, quick + "2"]
+    assert state.next_request(now=0.0) is None
+    assert state.next_wakeup() == 5.0
+    assert take(state, now=5.0).url == slow
+    assert state.next_request(now=5.0) is None
+    assert state.next_wakeup() == 10.0
+
+
+def test_a_network_error_retry_waits_for_the_delay() -> None:
+    state, written = make_state(obey_robots=False, delay=1.0, max_tries=2)
+    request = take(state, now=0.0)
+    # With a delay the retry is not returned to the worker: it waits its turn.
+    assert state.attempt_finished(request, REFUSED, now=0.25) is None
+    assert state.in_flight == frozenset()
+    assert state.statistics() == stats(queued=1, in_flight=0, done=0, seen=1)
+    assert state.next_request(now=0.25) is None
+    assert state.next_wakeup() == 1.0
+    retry = take(state, now=1.0)
+    assert retry.attempt == 2
+    assert state.attempt_finished(retry, REFUSED, now=1.0) is None
+    assert written == [FetchStatistic(url=ROOT, exception="ConnectError: refused")]
+
+
+# -- Retry-After -------------------------------------------------------------------------
+
+
+def test_retry_after_holds_the_whole_origin_then_retries_first(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state, written = make_state(ROOT, ROOT + "a", "http://other.com/", obey_robots=False)
+    root = take(state, now=10.0)
+    with caplog.at_level(logging.INFO, logger="trio_crawler"):
+        busy = Response(status=503, retry_after=3.0)
+        assert state.attempt_finished(root, busy, now=10.0) is None
+    assert caplog.messages == [f"try 1 for {ROOT} got 503; retrying after 3 s"]
+    assert written == []
+    assert state.in_flight == frozenset()
+    assert state.statistics() == stats(queued=3, in_flight=0, done=0, seen=3)
+    assert state.limit_counts == {"retried_after_wait": 1}
+
+    # The other origin is not held; example.com is, /a included, until 13.
+    assert take(state, now=10.0).url == "http://other.com/"
+    assert state.next_request(now=12.9) is None
+    assert state.next_wakeup() == 13.0
+    assert take(state, now=13.0) == FetchRequest(url=ROOT, redirects_left=10, attempt=2)
+    assert take(state, now=13.0).url == ROOT + "a"
+
+
+@pytest.mark.parametrize("max_tries", [1, 2, 3])
+def test_retry_after_counts_against_max_tries(max_tries: int) -> None:
+    state, written = make_state(obey_robots=False, max_tries=max_tries)
+    busy = Response(status=429, retry_after=3.0, body=b"busy")
+    now = 0.0
+    request = take(state, now)
+    for attempt in range(1, max_tries):
+        assert request.attempt == attempt
+        assert state.attempt_finished(request, busy, now=now) is None
+        assert written == []
+        now += 3.0
+        request = take(state, now)
+    assert request.attempt == max_tries
+    assert state.attempt_finished(request, busy, now=now) is None
+    assert written == [FetchStatistic(url=ROOT, status=429, size=4)]
+    assert state.limit_counts.get("retried_after_wait", 0) == max_tries - 1
+    assert state.finished
+
+
+def test_retry_after_and_network_errors_share_the_tries() -> None:
+    state, written = make_state(obey_robots=False, max_tries=3)
+    retry = state.attempt_finished(take(state), REFUSED)
+    assert retry is not None
+    assert state.attempt_finished(retry, Response(status=503, retry_after=1.0), now=0.0) is None
+    last = take(state, now=1.0)
+    assert last.attempt == 3
+    state.attempt_finished(last, Response(status=503, retry_after=1.0), now=1.0)
+    assert written == [FetchStatistic(url=ROOT, status=503)]
+
+
+def test_retry_after_is_capped() -> None:
+    state, _ = make_state(obey_robots=False)
+    state.attempt_finished(take(state), Response(status=503, retry_after=86400.0), now=5.0)
+    assert state.next_request(now=5.0) is None
+    assert state.next_wakeup() == 5.0 + MAX_HOST_DELAY
+
+
+def test_retry_after_never_shortens_a_delay() -> None:
+    state, _ = make_state(obey_robots=False, delay=10.0)
+    request = take(state, now=0.0)
+    state.attempt_finished(request, Response(status=503, retry_after=1.0), now=0.5)
+    assert state.next_request(now=1.5) is None
+    assert state.next_wakeup() == 10.0
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after"),
+    [(503, None), (429, None), (500, 3.0), (200, 3.0), (301, 3.0)],
+)
+def test_only_429_and_503_with_retry_after_are_retried(
+    status: int, retry_after: float | None
+) -> None:
+    state, written = make_state(obey_robots=False)
+    response = Response(status=status, retry_after=retry_after)
+    assert state.attempt_finished(take(state), response, now=0.0) is None
+    assert [stat.status for stat in written] == [status]
+    assert state.limit_counts == {}
+    assert state.finished
+
+
+# -- per-host concurrency and the order URLs go out in ---------------------------------
+
+
+def test_max_per_host_holds_an_origin_not_the_others() -> None:
+    a, b = "http://a.com/", "http://b.com/"
+    state, _ = make_state(a + "1", a + "2", a + "3", b + "1", obey_robots=False, max_per_host=2)
+    first, second, other = take(state), take(state), take(state)
+    assert [first.url, second.url, other.url] == [a + "1", a + "2", b + "1"]
+    assert state.next_request() is None
+    assert state.next_wakeup() is None  # it waits for a request to end, not for a time
+    assert state.statistics() == stats(queued=1, in_flight=3, done=0, seen=4)
+    state.attempt_finished(other, html())
+    assert state.next_request() is None  # b.com ending frees nothing for a.com
+    state.attempt_finished(first, html())
+    assert take(state).url == a + "3"
+
+
+def test_max_per_host_counts_robots_txt_as_the_origins_only_request() -> None:
+    state, _ = make_state(ROOT, ROOT + "a", max_per_host=1)
+    robots = take(state)
+    assert state.next_request() is None
+    state.attempt_finished(robots, robots_txt(status=404))
+    root = take(state)
+    assert state.next_request() is None
+    state.attempt_finished(root, html())
+    assert take(state).url == ROOT + "a"
+
+
+def test_a_retry_after_wait_frees_the_host_slot() -> None:
+    state, _ = make_state(ROOT, ROOT + "a", obey_robots=False, max_per_host=1)
+    root = take(state, now=0.0)
+    state.attempt_finished(root, Response(status=503, retry_after=2.0), now=0.0)
+    assert state.next_request(now=0.0) is None
+    assert take(state, now=2.0).attempt == 2
+    assert state.next_request(now=2.0) is None  # the slot is taken again
+
+
+def test_urls_go_out_in_the_order_found_across_origins() -> None:
+    a, b = "http://a.com/", "http://b.com/"
+    state, _ = make_state(a, b, obey_robots=False)
+    root_a, root_b = take(state), take(state)
+    state.attempt_finished(root_a, html(b + "from-a", "/x"))
+    state.attempt_finished(root_b, html(a + "from-b", "/y"))
+    # The chapter's FIFO: a's links (sorted) before b's, whatever their origin.
+    assert [take(state).url for _ in range(4)] == [a + "x", b + "from-a", a + "from-b", b + "y"]
+
+
+def test_roots_go_out_in_the_order_given_across_origins() -> None:
+    a, b = "http://a.com/", "http://b.com/"
+    state, _ = make_state(a + "1", b + "1", a + "2", obey_robots=False)
+    assert [take(state).url for _ in range(3)] == [a + "1", b + "1", a + "2"]
+
+
+# -- put_back ----------------------------------------------------------------------------
+
+
+def test_put_back_returns_requests_to_the_front_unchanged() -> None:
+    state, _ = make_state(ROOT, ROOT + "a", max_tries=3)
+    robots = take(state)
+    state.put_back(robots)
+    assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
+    assert take(state) == robots  # the fetch that never happened is handed out again
+    state.attempt_finished(robots, robots_txt(status=404))
+
+    root = take(state)
+    state.put_back(root)
+    assert state.in_flight == frozenset()
+    assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
+    assert take(state) == root  # still first, before /a
+    retry = state.attempt_finished(root, REFUSED)
+    assert retry is not None
+    state.put_back(retry)
+    assert take(state) == retry  # the attempt count is kept
+    assert retry.attempt == 2
+
+
+def test_put_back_of_a_request_not_in_flight_is_an_engine_bug() -> None:
+    state, _ = make_state(obey_robots=False)
+    with pytest.raises(RuntimeError, match="is not in flight; it cannot be put back"):
+        state.put_back(FetchRequest(url=ROOT, redirects_left=10))
+
+
+def test_finishing_robots_txt_twice_is_an_engine_bug() -> None:
+    state, _ = make_state()
+    robots = take(state)
+    state.attempt_finished(robots, robots_txt(status=404))
+    with pytest.raises(RuntimeError, match="is not in flight; an engine finished it twice"):
+        state.attempt_finished(robots, robots_txt(status=404))
+
+
+def test_a_put_back_url_counts_once_toward_max_pages() -> None:
+    state, _ = make_state(ROOT, ROOT + "a", obey_robots=False, max_pages=2)
+    state.put_back(take(state))
+    assert [take(state).url, take(state).url] == [ROOT, ROOT + "a"]
+
+
+# -- limits: max_pages and max_depth -----------------------------------------------------
+
+
+def test_max_pages_gives_exactly_n_records_and_robots_txt_is_not_one() -> None:
+    state, written = make_state(max_pages=3)
+    open_origin(state, "User-agent: *\nDisallow: /private\n")
+    state.attempt_finished(take(state), html("/a", "/b", "/c", "/private/x"))
+    a, b = take(state), take(state)
+    assert state.next_request() is None
+    assert state.limit_reached == "max-pages"
+    assert state.scheduling_stopped
+    assert state.next_wakeup() is None
+    assert not state.finished  # /a and /b are still in flight
+    state.attempt_finished(a, html("/d"))
+    state.attempt_finished(b, html())
+    assert state.finished
+    assert [stat.url for stat in written] == [ROOT, ROOT + "a", ROOT + "b"]
+    # /c and /d were never fetched; /private/x is seen but was never queued.
+    assert state.statistics() == stats(queued=2, in_flight=0, done=3, seen=6)
+    assert state.limit_counts == {"robots_disallowed": 1}
+
+
+def test_max_pages_is_not_reached_by_a_smaller_site() -> None:
+    state, written = make_state(max_pages=2)
+    open_origin(state)
+    state.attempt_finished(take(state), html("/a"))
+    state.attempt_finished(take(state), html())
+    assert state.finished
+    assert state.limit_reached is None
+    assert len(written) == 2
+
+
+@pytest.mark.parametrize(
+    ("max_depth", "fetched", "beyond"),
+    [
+        (0, [""], 2),  # the root only; its two links are beyond
+        (1, ["", "a", "b"], 2),  # /a's two new links are beyond
+        (2, ["", "a", "b", "a1", "a2"], 0),
+        (None, ["", "a", "b", "a1", "a2"], 0),
+    ],
+)
+def test_max_depth(max_depth: int | None, fetched: list[str], beyond: int) -> None:
+    state, written = make_state(max_depth=max_depth)
+    open_origin(state)
+    site = {ROOT: html("/a", "/b"), ROOT + "a": html("/a1", "/a2")}
+    while (request := state.next_request()) is not None:
+        assert request.depth == len(request.url.removeprefix(ROOT))  # "" 0, "a" 1, "a1" 2
+        state.attempt_finished(request, site.get(request.url, html()))
+    assert state.finished
+    assert [stat.url for stat in written] == [ROOT + path for path in fetched]
+    assert state.limit_counts == ({"beyond_max_depth": beyond} if beyond else {})
+
+
+# -- without robots.txt ------------------------------------------------------------------
+
+
+def test_obey_robots_false_makes_no_robots_request() -> None:
+    state, _ = make_state("http://a.com/", "http://b.com/", obey_robots=False)
+    assert [take(state).url, take(state).url] == ["http://a.com/", "http://b.com/"]
+    assert state.statistics() == stats(queued=0, in_flight=2, done=0, seen=2)
+
+
+def test_with_a_delay_the_next_request_waits_for_the_last_one_to_start() -> None:
+    """A request handed out waits for an idle worker; the delay runs from its start, so
+    the core hands out no other request for that origin until it has started."""
+    state, _ = make_state(ROOT, ROOT + "a", obey_robots=False, delay=1.0)
+    first = state.next_request(now=10.0)
+    assert first is not None
+    assert state.next_request(now=20.0) is None  # first has not started: nothing more
+    assert state.next_wakeup() is None  # not a matter of time: of a worker starting it
+    state.attempt_started(first, now=30.0)
+    assert state.next_request(now=30.5) is None
+    assert state.next_wakeup() == 31.0
+    assert take(state, now=31.0).url == ROOT + "a"

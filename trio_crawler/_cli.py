@@ -9,9 +9,10 @@ Signals are caught as data, not as exceptions: while a crawl runs, SIGINT and SI
 a signal receiver (``anyio.open_signal_receiver``, which is Trio's on the Trio backend)
 whose task calls the engine's ``stop()``. So a Ctrl-C never arrives as a KeyboardInterrupt
 inside an exception group halfway through a worker, on any engine; the crawl unwinds like a
-deadline does, and the report is printed from the state that outlives it. Only a Ctrl-C
-outside that window (while starting up, or while printing the report) is a plain
-KeyboardInterrupt, which :func:`main` turns into status 130.
+deadline does, and the report is printed from the state that outlives it. While the report
+is printed, signals are noted and acted on once it is whole. Only a signal while starting
+up is a plain KeyboardInterrupt (SIGTERM is made one too), which :func:`main` turns into
+status 130.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from ._report import format_report
 from ._warc import WarcWriter
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -392,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    # Until the crawl's signal receiver takes over, SIGTERM stops the run as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         options = parse_args(argv)
     except UsageError as exc:
@@ -448,6 +451,7 @@ def _run_crawl(
         )
         return crawler
 
+    held: list[int] = []
     try:
         with progress if progress is not None else contextlib.nullcontext():
             try:
@@ -464,9 +468,41 @@ def _run_crawl(
                     progress.update(crawler.statistics())  # the line as the crawl ended
     finally:
         if crawler is not None:
-            print(_report(crawler), end="", file=report_stream, flush=True)
+            with _signals_held() as held:
+                print(_report(crawler), end="", file=report_stream, flush=True)
     assert crawler is not None
-    return EXIT_INTERRUPTED if crawler.finish_reason == "interrupted" else EXIT_OK
+    if held or crawler.finish_reason == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """Print the report whole: SIGINT and SIGTERM meanwhile are noted, not acted on.
+
+    The crawl's signal receiver is closed by the time the report is printed, so without
+    this a Ctrl-C would raise inside ``print()`` and SIGTERM would kill the process, each
+    leaving the report cut off mid-line. A handler that only takes note is not enough
+    either: a signal that interrupts a large blocking write to a pipe makes CPython drop
+    the rest of what it was writing, silently (CPython 3.11, measured: 128 KiB of 400 KiB
+    arrived). So the signals are also blocked while the report is written, and delivered
+    to the note-taking handler when they are unblocked. The report takes milliseconds; a
+    signal in that window still ends the run, with status 130, once it is written.
+    """
+    received: list[int] = []
+    signals = {signal.SIGINT, signal.SIGTERM}
+
+    def note(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    previous = {signum: signal.signal(signum, note) for signum in signals}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield received
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # pending ones reach note() now
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _report(crawler: AnyCrawler) -> str:

@@ -389,11 +389,11 @@ async def test_stop_before_the_crawl_starts(engine: Engine) -> None:
     assert server.requests == []
 
 
-SITE_PAGES = 2000
+SITE_PAGES = 1000
 
 
 def generated_site_page(request: Request) -> Reply:
-    # Page n links to 2n+1 and 2n+2 (a binary tree of 2000 pages) and back to the root.
+    # Page n links to 2n+1 and 2n+2 (a binary tree of SITE_PAGES pages) and back to the root.
     n = int(request.target.removeprefix("/p") or 0) if request.target != "/" else 0
     links = [f"/p{child}" for child in (2 * n + 1, 2 * n + 2) if child < SITE_PAGES]
     return page(*links, "/", extra=f"<p>page {n}</p>")

@@ -41,15 +41,15 @@ from ._config import (
     ConfigError,
     CrawlConfig,
 )
-from ._demo import serve_demo
 from ._fetch import DEFAULT_USER_AGENT, __version__, http_library
 from ._output import JsonLinesWriter
-from ._progress import ProgressDisplay
 from ._report import format_report
-from ._warc import WarcWriter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+
+    from ._progress import ProgressDisplay
+    from ._warc import WarcWriter
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -405,7 +405,7 @@ def _main(argv: Sequence[str] | None) -> int:
             writer = None if options.output is None else JsonLinesWriter.open(options.output)
             if writer is not None:
                 outputs.callback(writer.close)
-            warc = None if options.warc is None else WarcWriter.open(options.warc)
+            warc = None if options.warc is None else _open_warc(options.warc)
             if warc is not None:
                 outputs.callback(warc.close)
         except OSError as exc:
@@ -423,10 +423,22 @@ def _main(argv: Sequence[str] | None) -> int:
     raise AssertionError("unreachable")  # pragma: no cover (ExitStack swallows nothing)
 
 
+# The demo server (hypercorn), the progress display (rich) and the WARC writer (warcio) are
+# imported only when used: together they are a third of the command's start-up time.
+
+
+def _open_warc(path: str) -> WarcWriter:
+    from ._warc import WarcWriter
+
+    return WarcWriter.open(path)
+
+
 def _open_progress(options: Options) -> ProgressDisplay | None:
     """The live display, when stderr is a terminal we may draw on."""
     if options.serve_demo or not options.progress or not sys.stderr.isatty():
         return None
+    from ._progress import ProgressDisplay
+
     return ProgressDisplay()
 
 
@@ -531,6 +543,8 @@ async def _crawl_until_signal(
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as task_group:
             if demo:
+                from ._demo import serve_demo
+
                 roots = [await task_group.start(serve_demo)]
             crawler = make_crawler(roots)
             task_group.start_soon(_stop_on_signal, signals, crawler.stop, grace)
@@ -560,6 +574,8 @@ async def _stop_on_signal(
 
 
 async def _serve_demo_until_signal(port: int) -> int:
+    from ._demo import serve_demo
+
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as task_group:
             root = await task_group.start(functools.partial(serve_demo, port=port))

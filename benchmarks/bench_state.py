@@ -177,7 +177,7 @@ class ReadyMadeLinks:
         self._navigation = frozenset(shape.url(n) for n in range(1, NAVIGATION_LINKS + 1))
         self._next = NAVIGATION_LINKS + 1
 
-    def __call__(self, body: bytes, page_url: str, encoding: str) -> set[str]:
+    def __call__(self, body: bytes, page_url: str, encoding: str, **options: object) -> set[str]:
         first = self._next
         self._next += FRESH_LINKS
         url = self._url

@@ -417,6 +417,10 @@ def _main(argv: Sequence[str] | None) -> int:
         handler = progress.log_handler() if progress is not None else logging.StreamHandler()
         handler.setFormatter(logging.Formatter(LOG_FORMAT if progress is None else "%(message)s"))
         logging.basicConfig(level=options.log_level, handlers=[handler], force=True)
+        if options.log_level > logging.DEBUG:
+            # httpx logs every request at INFO; -v is for the crawler's own decisions.
+            for library in ("httpx", "httpx2"):
+                logging.getLogger(library).setLevel(max(options.log_level, logging.WARNING))
         if options.serve_demo:
             return anyio.run(_serve_demo_until_signal, options.port, backend="trio")
         return _run_crawl(options, writer, warc, progress)

@@ -238,6 +238,11 @@ def _lenient_key(host: str) -> str:
     return ".".join(host.rstrip(".").split(".")[-2:])
 
 
+# Hosts whose scope answer Scope.allows remembers: a site links to a few hosts, over and
+# over; a page of links to ten thousand hosts just clears the memo.
+_MAX_REMEMBERED_HOSTS = 4096
+
+
 class Scope:
     """Which URLs a crawl may follow.
 
@@ -293,5 +298,7 @@ class Scope:
         host = host[1 : host.find("]")] if host.startswith("[") else host.partition(":")[0]
         answer = self._host_answers.get(host)
         if answer is None:
+            if len(self._host_answers) >= _MAX_REMEMBERED_HOSTS:
+                self._host_answers.clear()  # a link farm's hosts must not grow it forever
             answer = self._host_answers[host] = self.host_okay(host)
         return answer

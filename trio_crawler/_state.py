@@ -662,5 +662,11 @@ def _redirect_target(location: str, base: str) -> str | None:
         scheme = urlsplit(other).scheme
     except ValueError:
         return None
-    # An http(s) URL that failed to normalise has a bad host or port: no usable target.
-    return other if scheme and scheme not in ("http", "https") else None
+    if not scheme or scheme in ("http", "https"):
+        # An http(s) URL that failed to normalise has a bad host or port: no usable target.
+        return None
+    try:
+        other.encode("utf-8")
+    except UnicodeEncodeError:
+        return None  # lone surrogates: no JSON Lines writer could write this next_url
+    return other

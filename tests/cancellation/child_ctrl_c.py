@@ -16,6 +16,7 @@ Run as ``python child_ctrl_c.py RUNTIME`` with RUNTIME one of ``asyncio`` (the c
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from collections.abc import Callable
 
@@ -124,6 +125,11 @@ RUNS: dict[str, Callable[[], object]] = {
 }
 
 if __name__ == "__main__":
+    # The scenario is Python's own Ctrl-C. A parent can hand us SIGINT ignored or blocked
+    # (a background job of a non-interactive shell; a test runner's worker process), in
+    # which case Python installs no KeyboardInterrupt handler and the SIGINT never lands.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         RUNS[sys.argv[1]]()
     except BaseException as exc:

@@ -512,11 +512,13 @@ def _signals_held() -> Iterator[list[int]]:
         received.append(signum)
 
     previous = {signum: signal.signal(signum, note) for signum in signals}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    blocking = hasattr(signal, "pthread_sigmask")  # not on Windows
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals) if blocking else set()
     try:
         yield received
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # pending ones reach note() now
+        if blocking:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # pending ones reach note() now
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

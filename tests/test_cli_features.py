@@ -262,3 +262,30 @@ def test_version_names_the_http_library() -> None:
     ).stdout
     assert version.startswith("trio-crawler ")
     assert "httpx" in version
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-o", "/nonexistent/out.jsonl", "--warc", "ok.warc"],
+            "--output '/nonexistent/out.jsonl'",
+        ),
+        (
+            ["-o", "ok.jsonl", "--warc", "/nonexistent/crawl.warc"],
+            "--warc '/nonexistent/crawl.warc'",
+        ),
+    ],
+)
+@pytest.mark.trio
+async def test_an_output_that_cannot_be_opened_is_a_one_line_usage_error(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    args = [arg if arg.startswith(("-", "/")) else str(tmp_path / arg) for arg in args]
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server({"/": Reply.html("hi")}) as server:
+            result = await run_cli(*args, server.url())
+    assert result.returncode == 2
+    lines = result.stderr.decode().splitlines()
+    assert lines == [f"trio-crawler: error: {message}: No such file or directory"]
+    assert server.requests == []

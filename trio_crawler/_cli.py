@@ -26,7 +26,7 @@ import platform
 import signal
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import anyio
 import trio
@@ -81,6 +81,13 @@ examples:
   trio-crawler --delay 1 --max-per-host 2 --warc site.warc.gz https://www.example.org/
       crawl politely and archive every request and response
 """
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_Output = TypeVar("_Output", bound=_Closable)
 
 
 class UsageError(Exception):
@@ -402,16 +409,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     with contextlib.ExitStack() as outputs:
         try:
-            writer = None if options.output is None else JsonLinesWriter.open(options.output)
-            if writer is not None:
-                outputs.callback(writer.close)
-            warc = None if options.warc is None else _open_warc(options.warc)
-            if warc is not None:
-                outputs.callback(warc.close)
-        except OSError as exc:
-            flag = "--output" if options.warc is None or writer is None else "--warc"
-            name = exc.filename if exc.filename is not None else options.output
-            print(f"{PROG}: error: {flag} {name!r}: {exc.strerror or exc}", file=sys.stderr)
+            writer = _open_output(outputs, "--output", options.output, JsonLinesWriter.open)
+            warc = _open_output(outputs, "--warc", options.warc, _open_warc)
+        except UsageError as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         progress = _open_progress(options)
         handler = progress.log_handler() if progress is not None else logging.StreamHandler()
@@ -425,6 +426,21 @@ def _main(argv: Sequence[str] | None) -> int:
             return anyio.run(_serve_demo_until_signal, options.port, backend="trio")
         return _run_crawl(options, writer, warc, progress)
     raise AssertionError("unreachable")  # pragma: no cover (ExitStack swallows nothing)
+
+
+def _open_output(
+    outputs: contextlib.ExitStack, flag: str, path: str | None, opener: Callable[[str], _Output]
+) -> _Output | None:
+    """Open an output file, closed with ``outputs``; one that cannot be opened is a usage
+    error, reported before any request is made."""
+    if path is None:
+        return None
+    try:
+        opened = opener(path)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path!r}: {exc.strerror or exc}") from None
+    outputs.callback(opened.close)
+    return opened
 
 
 # The demo server (hypercorn), the progress display (rich) and the WARC writer (warcio) are

@@ -137,15 +137,8 @@ class CrawlConfig:
             raise ConfigError(
                 "delay", f"must be from 0 to {MAX_HOST_DELAY:g} seconds, not {delay!r}"
             )
-        if user_agent is None:
-            pass
-        elif not isinstance(user_agent, str) or not user_agent.strip():
-            raise ConfigError("user_agent", f"must be a non-empty string, not {user_agent!r}")
-        elif not user_agent.isprintable() or not user_agent.isascii():
-            # A header value with a newline would smuggle headers; httpx refuses non-ASCII.
-            raise ConfigError(
-                "user_agent", f"must be printable ASCII (one header line), not {user_agent!r}"
-            )
+        if user_agent is not None:
+            _check_user_agent(user_agent)
         return cls(
             roots=tuple(normalized),
             scope=Scope(normalized, strict=strict, exclude=pattern),
@@ -177,3 +170,11 @@ def _check_seconds(option: str, value: object) -> None:
         raise ConfigError(option, f"must be a number of seconds, not {value!r}")
     if not (value > 0 and math.isfinite(value)):
         raise ConfigError(option, f"must be a positive number of seconds, not {value!r}")
+
+
+def _check_user_agent(value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError("user_agent", f"must be a non-empty string, not {value!r}")
+    if not value.isprintable() or not value.isascii():
+        # A header value with a newline would smuggle headers; httpx refuses non-ASCII.
+        raise ConfigError("user_agent", f"must be printable ASCII (one header line), not {value!r}")

@@ -54,7 +54,7 @@ import heapq
 import logging
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from ._config import MAX_HOST_DELAY
@@ -77,6 +77,8 @@ if TYPE_CHECKING:
     from ._config import CrawlConfig
 
 LOGGER = logging.getLogger("trio_crawler")
+
+_AnyRequest = TypeVar("_AnyRequest", bound=FetchRequest)
 
 # The chapter's redirect statuses plus 308 (RFC 7538, Permanent Redirect).
 REDIRECT_STATUSES = frozenset({300, 301, 302, 303, 307, 308})
@@ -276,7 +278,7 @@ class CrawlState:
             RuntimeError: If ``request`` is not in flight (an engine bug).
         """
         if isinstance(request, RobotsRequest):
-            self._started_now(self._origins[request.origin], request)
+            self._started_now(self._origin_of(request), request)
             return self._robots_finished(request, outcome, now)
         if request.url not in self._in_flight:
             raise RuntimeError(
@@ -341,7 +343,7 @@ class CrawlState:
             self._robots_in_flight -= 1
             origin = self._origins[request.origin]
             origin.robots_pending = False
-            self._started_now(origin, request)
+            origin.unstarted.discard(request.url)
             self._make_ready(origin)
         else:
             if request.url not in self._in_flight:
@@ -426,9 +428,9 @@ class CrawlState:
             origin.robots_pending = True
             self._robots_in_flight += 1
             origin.next_start = now + origin.delay
-            if origin.delay:
-                origin.unstarted.add(robots_url(origin.key))
             url = robots_url(origin.key)
+            if origin.delay:
+                origin.unstarted.add(url)
             LOGGER.debug("fetching %s", url)
             return RobotsRequest(url=url, redirects_left=MAX_ROBOTS_REDIRECTS, origin=origin.key)
         request = origin.pop()
@@ -446,7 +448,6 @@ class CrawlState:
             # robots.txt could not be fetched: the host is down, and each of its URLs gets
             # a failure record with that error rather than vanishing from the output.
             self._started += 1
-            self._in_flight.add(request.url)
             self._record(FetchStatistic(url=request.url, exception=origin.failure))
             return None
         assert origin.robots is not None
@@ -473,10 +474,8 @@ class CrawlState:
         origin.requeued.appendleft(request)
         origin.queued += 1
         self._queued += 1
-        if origin.ready:
-            # Its heap entry has the old head's sequence; a stale entry is only a little
-            # early or late, and is corrected when popped.
-            return
+        # An origin already in the ready heap keeps its entry, made for its old head: a
+        # stale sequence is only a little early or late.
         self._make_ready(origin)
 
     def _request_ended(self, origin: _Origin) -> None:
@@ -515,10 +514,9 @@ class CrawlState:
         if origin is None or not origin.robots_pending:
             raise RuntimeError(f"{request.url} is not in flight; an engine finished it twice")
         if isinstance(outcome, FetchError):
-            if outcome.retryable:
-                LOGGER.info("try %d for %s raised %s", request.attempt, request.url, outcome.error)
-                if request.attempt < self.config.max_tries:
-                    return dataclasses.replace(request, attempt=request.attempt + 1)
+            retry = self._retry(request, outcome)
+            if retry is not None:
+                return retry
             LOGGER.warning(
                 "%s failed: %s; not fetching from %s", request.url, outcome.error, origin.key
             )
@@ -547,18 +545,29 @@ class CrawlState:
     # -- records ------------------------------------------------------------------------
 
     def _record(self, stat: FetchStatistic) -> None:
-        self._in_flight.remove(stat.url)
+        # discard, not remove: a URL of an origin whose robots.txt failed is recorded
+        # without ever being in flight. attempt_finished() has checked the others.
+        self._in_flight.discard(stat.url)
         self.done.append(stat)
         if stat.exception is not None:
             self._failed += 1
         if self._on_record is not None:
             self._on_record(stat)
 
+    def _retry(self, request: _AnyRequest, failure: FetchError) -> _AnyRequest | None:
+        """The next try of a network error while the URL has tries left (logged), or None."""
+        if not failure.retryable:
+            return None
+        LOGGER.info("try %d for %s raised %s", request.attempt, request.url, failure.error)
+        if request.attempt < self.config.max_tries:
+            return dataclasses.replace(request, attempt=request.attempt + 1)
+        return None
+
     def _failed_attempt(self, request: FetchRequest, failure: FetchError) -> FetchRequest | None:
+        retry = self._retry(request, failure)
+        if retry is not None:
+            return retry
         if failure.retryable:
-            LOGGER.info("try %d for %s raised %s", request.attempt, request.url, failure.error)
-            if request.attempt < self.config.max_tries:
-                return dataclasses.replace(request, attempt=request.attempt + 1)
             LOGGER.warning("%s failed after %d tries", request.url, request.attempt)
         else:
             LOGGER.warning("%s failed: %s", request.url, failure.error)

@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 from warcio.statusandheaders import StatusAndHeaders  # type: ignore[import-untyped]
 from warcio.warcwriter import WARCWriter  # type: ignore[import-untyped]
 
-from ._fetch import __version__
+from ._version import __version__
 
 if TYPE_CHECKING:
     from types import TracebackType

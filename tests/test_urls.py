@@ -309,6 +309,51 @@ def test_link_resolver_agrees_with_normalize_url(pieces: list[str], base: str) -
     assert LinkResolver(base).resolve(href) == normalize_url(href, base)
 
 
+# Absolute hrefs: the fast path takes those already in normalize_url's spelling, so hosts
+# and ports are drawn near its edges (upper case, empty and 63/64-character labels, a
+# trailing dot, IDNA, default and out-of-range ports, leading zeros, userinfo).
+_ABSOLUTE_SCHEMES = st.sampled_from(["http://", "https://", "HTTP://", "http:", "ftp://"])
+_HOST_PIECES = st.sampled_from(
+    "a example com . - _ xn--nxasmq6b E é 1 127.0.0.1 @ user:pw@ [::1] %41".split()
+    + ["a" * 63, "b" * 64]
+)
+_PORTS = st.sampled_from(["", ":", ":80", ":443", ":8080", ":0080", ":65535", ":65536", ":0"])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    scheme=_ABSOLUTE_SCHEMES,
+    host=st.lists(_HOST_PIECES, max_size=5),
+    port=_PORTS,
+    pieces=st.lists(_HREF_PIECES, max_size=6),
+    base=st.sampled_from(_BASES),
+)
+def test_link_resolver_agrees_with_normalize_url_on_absolute_hrefs(
+    scheme: str, host: list[str], port: str, pieces: list[str], base: str
+) -> None:
+    href = scheme + "".join(host) + port + "".join(pieces)
+    assert LinkResolver(base).resolve(href) == normalize_url(href, base)
+
+
+@pytest.mark.parametrize(
+    ("href", "expected"),
+    [
+        ("http://example.com", "http://example.com/"),
+        ("https://docs.python.org/3/?q#x", "https://docs.python.org/3/?q"),
+        ("http://h:8080?x", "http://h:8080/?x"),
+        ("http://h/a?", "http://h/a"),
+        ("http://h:80/./x", "http://h/./x"),
+        ("http://Example.com/", "http://example.com/"),
+        ("http://a..b/", None),
+        ("https://h:99999/", None),
+        ("http://" + "b" * 64 + ".com/", None),  # IDNA: a label is at most 63 characters
+        ("http://" + "b" * 63 + ".com/", "http://" + "b" * 63 + ".com/"),
+    ],
+)
+def test_link_resolver_absolute_examples(href: str, expected: str | None) -> None:
+    assert LinkResolver("http://example.com/a/").resolve(href) == expected
+
+
 @pytest.mark.parametrize(
     ("href", "expected"),
     [

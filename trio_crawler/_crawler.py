@@ -24,7 +24,7 @@ from ._config import (
     CrawlConfig,
 )
 from ._events import Exchange, FetchError, describe_exception
-from ._fetch import DEFAULT_USER_AGENT, fetch, open_client
+from ._fetch import DEFAULT_USER_AGENT, environment_names_a_proxy, fetch, open_client
 from ._state import CrawlState, CrawlStatistics
 
 if TYPE_CHECKING:
@@ -136,6 +136,9 @@ class CrawlerBase:
             )
         self.state = CrawlState(self.config, on_record=on_record)
         self._user_agent = self.config.user_agent or DEFAULT_USER_AGENT
+        # Whether the workers' clients take a proxy from the environment: asked when the
+        # first one is made, not for each (see open_client).
+        self._proxy_from_environment: bool | None = None
         self._on_exchange = on_exchange
         self._on_progress = on_progress
         self._progress_interval = float(progress_interval)
@@ -278,8 +281,13 @@ class CrawlerBase:
         the measurements. The SSL context is built once per process and shared, since
         building one costs about a megabyte and tens of milliseconds.
         """
+        if self._proxy_from_environment is None:
+            self._proxy_from_environment = environment_names_a_proxy()
         return open_client(
-            max_connections=1, ssl_context=_default_ssl_context(), user_agent=self._user_agent
+            max_connections=1,
+            ssl_context=_default_ssl_context(),
+            user_agent=self._user_agent,
+            proxy_from_environment=self._proxy_from_environment,
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import platform
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 import trio
 from conftest import CONTRACT_KEYS
 
-from trio_crawler._cli import ENGINES, parse_args
+from trio_crawler._cli import ENGINES, HEAP_TOP_PAD, parse_args
 from trio_crawler._demo import build_demo_site
 
 from httpserver import Reply, Request, open_test_server
@@ -278,3 +279,41 @@ def test_options_and_chapter_aliases(argv: list[str], expected: dict[str, object
     options = parse_args(argv)
     assert options.roots == ("x.com",)
     assert {key: options.crawler_options[key] for key in expected} == expected
+
+
+# In a fresh process: allocate and free 12.5 MiB of heap blocks, then ask glibc how much
+# free memory it kept at the top of the heap (mallinfo2's keepcost).
+_KEPT_AT_THE_TOP = """
+import ctypes, sys
+from trio_crawler._cli import _pad_the_heap
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "pad" and not _pad_the_heap():
+    sys.exit("mallopt refused")
+blocks = [bytearray(64 * 1024) for _ in range(200)]  # below the mmap threshold: on the heap
+del blocks
+print(libc.mallinfo2().keepcost)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="mallopt's M_TOP_PAD and mallinfo2 are glibc's",
+)
+def test_the_command_line_keeps_a_pad_at_the_top_of_the_heap() -> None:
+    def kept(mode: str) -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", _KEPT_AT_THE_TOP, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        return int(done.stdout)
+
+    assert kept("pad") >= HEAP_TOP_PAD > kept("default")

@@ -424,8 +424,37 @@ def _main(argv: Sequence[str] | None) -> int:
                 logging.getLogger(library).setLevel(max(options.log_level, logging.WARNING))
         if options.serve_demo:
             return anyio.run(_serve_demo_until_signal, options.port, backend="trio")
+        _pad_the_heap()
         return _run_crawl(options, writer, warc, progress)
     raise AssertionError("unreachable")  # pragma: no cover (ExitStack swallows nothing)
+
+
+# glibc's mallopt() parameter M_TOP_PAD (malloc.h), and the pad the command line asks for.
+_M_TOP_PAD = -2
+HEAP_TOP_PAD = 2**20
+
+
+def _pad_the_heap() -> bool:
+    """Ask glibc to keep a megabyte free at the top of the heap; return whether it could.
+
+    A crawl allocates and frees each page's body, text and parse tree in turn. With glibc's
+    defaults (no pad), the top of the heap follows them down and up again: a ``brk`` call
+    each way and freshly zeroed pages each time up. Measured on a 10 000-page crawl: 40 000
+    ``brk`` calls, and 1.05 s of system time against 0.49 s with the pad (the same run's
+    user time did not change). The setting is process-wide, so the command line makes it
+    and the library does not. Elsewhere than Linux, or without a ``mallopt``, it does
+    nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(_M_TOP_PAD, HEAP_TOP_PAD))
 
 
 def _open_output(

@@ -14,6 +14,11 @@ from outside, as a user would run it, in a fresh process:
 * **wget -r**, sequential (one connection, one request at a time):
   ``wget -r -l inf -np --no-verbose -e robots=off -P DIR ROOT``; its pages are the files
   it saved.
+* **The floor** (``floor.py``), in each of our interpreters: a minimal crawler on the same
+  libraries (``floor: minimal crawl``), and the same workers fetching every ``.html`` file
+  of the site from a list, with no parsing (``floor: fetch only``). No crawler built on
+  Trio, httpx and selectolax costs less than the second on this machine; the first is what
+  the libraries cost with a crawler that does almost nothing itself.
 
 Two sites, each served by a private nginx (``nginx.py``), so the server costs microseconds
 of C per page and the crawler is what gets measured:
@@ -81,6 +86,7 @@ SITES = ("synthetic", "docs")
 DOCS_DIRECTORY = Path("/usr/share/doc/python3.11/html")
 PEERS_PYTHON = REPOSITORY / "benchmarks" / ".venv" / "bin" / "python"
 SCRAPY_SPIDER = Path(__file__).resolve().parent / "scrapy_spider.py"
+FLOOR_SCRIPT = Path(__file__).resolve().parent / "floor.py"
 # A crawl that has not finished in this long is stuck, not slow: the slowest 10 000-page
 # crawl seen (bench_clients.py, arrangement A under heavy steal) took 213 s.
 CHILD_TIMEOUT = 1800.0
@@ -256,7 +262,7 @@ def tally_jsonl(path: Path) -> Tally:
 
 
 def tally_scrapy(path: Path) -> Tally:
-    """The JSON that ``scrapy_spider.py`` writes when the spider closes."""
+    """The JSON that ``scrapy_spider.py`` writes when the spider closes (``floor.py`` too)."""
     found = json.loads(path.read_text())
     return Tally(
         pages=found["pages"],
@@ -289,9 +295,10 @@ class Tool:
 
     Attributes:
         label: The row's name.
-        kind: ``"ours"``, ``"scrapy"`` or ``"wget"``.
-        engine: For ``"ours"``: the ``--engine``.
-        our: For ``"ours"``: the interpreter.
+        kind: ``"ours"``, ``"floor"``, ``"scrapy"`` or ``"wget"``.
+        engine: For ``"ours"``: the ``--engine``; for ``"floor"``: ``"crawl"`` or
+            ``"fetch"``.
+        our: For ``"ours"`` and ``"floor"``: the interpreter.
     """
 
     label: str
@@ -340,6 +347,7 @@ def run_tool(
     *,
     site: str,
     root: str,
+    site_directory: Path,
     round_number: int,
     expected_pages: int | None,
     settings: Settings,
@@ -370,6 +378,17 @@ def run_tool(
                 stderr=stderr,
             )
             tally = tally_jsonl(output) if output.exists() else _NOTHING
+        elif tool.kind == "floor":
+            assert tool.our is not None
+            output = scratch / "tally.json"
+            command = [tool.our.python, str(FLOOR_SCRIPT), root, str(output)]
+            command += ["--concurrency", str(settings.max_tasks)]
+            if tool.engine == "fetch":
+                command += ["--fetch-tree", str(site_directory)]
+            cost = run_measured(
+                command, timeout=CHILD_TIMEOUT, cwd=scratch, env=settings.our_env, stderr=stderr
+            )
+            tally = tally_scrapy(output) if output.exists() else _NOTHING
         elif tool.kind == "scrapy":
             output = scratch / "tally.json"
             command = [settings.peers_python, str(SCRAPY_SPIDER), root, str(output)]
@@ -411,6 +430,7 @@ def crawl_rounds(
     *,
     site: str,
     root: str,
+    site_directory: Path,
     rounds: int,
     expected_pages: int | None,
     settings: Settings,
@@ -428,6 +448,7 @@ def crawl_rounds(
                 tool,
                 site=site,
                 root=root,
+                site_directory=site_directory,
                 round_number=round_number,
                 expected_pages=expected_pages,
                 settings=settings,
@@ -552,6 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-scrapy", action="store_true", help="leave Scrapy out")
     parser.add_argument("--no-wget", action="store_true", help="leave wget out")
+    parser.add_argument("--no-floor", action="store_true", help="leave floor.py's rows out")
     parser.add_argument("--peers-python", default=str(PEERS_PYTHON), help="Scrapy's venv")
     parser.add_argument("--docs-directory", type=Path, default=DOCS_DIRECTORY)
     parser.add_argument("--json-out", type=Path, help="append every run as JSON here")
@@ -609,6 +631,7 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
                     tools,
                     site="synthetic",
                     root=root,
+                    site_directory=site.directory,
                     rounds=args.rounds,
                     expected_pages=site.pages,
                     settings=settings,
@@ -627,6 +650,7 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
                     tools,
                     site="docs",
                     root=root,
+                    site_directory=args.docs_directory,
                     rounds=args.rounds,
                     expected_pages=None,
                     settings=settings,
@@ -658,6 +682,15 @@ def _tools(ours: Sequence[OurPython], args: argparse.Namespace) -> list[Tool]:
         for engine in args.engines if index == 0 else args.extra_engines:
             tools.append(
                 Tool(label=f"trio-crawler {engine}{suffix}", kind="ours", engine=engine, our=our)
+            )
+    if not args.no_floor:
+        for our in ours:
+            suffix = f" [{our.label}]" if len(ours) > 1 else ""
+            tools.append(
+                Tool(label=f"floor: minimal crawl{suffix}", kind="floor", engine="crawl", our=our)
+            )
+            tools.append(
+                Tool(label=f"floor: fetch only{suffix}", kind="floor", engine="fetch", our=our)
             )
     if not args.no_scrapy:
         tools.append(Tool(label="Scrapy", kind="scrapy"))

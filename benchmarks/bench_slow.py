@@ -15,13 +15,17 @@ URLs. :func:`ideal_wall_seconds` replays the crawl on the same link lists with z
 cost: every fetch takes exactly ``delay``, C at a time, FIFO, as the core schedules. The gap
 between the measured and the ideal time is the crawler's own overhead.
 
+The same crawl by ``floor.py``'s minimal crawler (Trio, httpx and selectolax, nothing
+else) at 100 and 1000 tasks shows how much of the gap any crawler on these libraries would
+have: it is the "floor" rows.
+
 Both the server and (through inheritance) the crawler get their open-file limit raised to
 the hard limit: a thousand connections are two thousand descriptors between them.
 
 Run from the repository root::
 
     python benchmarks/bench_slow.py [--pages 2000] [--max-tasks 10 100 1000] [--rounds 3]
-        [--delay 1.0] [--fanout 50] [--engines trio]
+        [--delay 1.0] [--fanout 50] [--engines trio] [--floor-max-tasks 100 1000]
 """
 
 from __future__ import annotations
@@ -42,12 +46,14 @@ if __package__ in (None, ""):
 
 from benchmarks.bench_engines import (
     ENGINES,
+    FLOOR_SCRIPT,
     BenchmarkError,
     our_command,
     parse_our_python,
     probe_our_python,
     snapshot_environment,
     tally_jsonl,
+    tally_scrapy,
 )
 from benchmarks.measure import (
     ChildCost,
@@ -138,6 +144,8 @@ def _rotations(values: Sequence[int], rounds: int) -> Iterator[tuple[int, int]]:
 
 
 DEFAULT_FANOUT = 50
+# The label of floor.py's rows, where the others name an engine.
+FLOOR = "floor: minimal crawl"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tasks", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=["trio"])
+    parser.add_argument(
+        "--floor-max-tasks",
+        type=int,
+        nargs="*",
+        default=[100, 1000],
+        help="concurrencies for floor.py's minimal crawl (none: leave it out)",
+    )
     parser.add_argument(
         "--our-python",
         type=parse_our_python,
@@ -193,18 +208,28 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
         try:
             root = server.wait_for_address()
             settings = [(engine, c) for engine in args.engines for c in args.max_tasks]
+            settings += [(FLOOR, c) for c in args.floor_max_tasks]
             for round_number, index in _rotations(range(len(settings)), args.rounds):
                 engine, max_tasks = settings[index]
                 output = workdir / "records.jsonl"
                 ideal = ideal_wall_seconds(links, max_tasks=max_tasks, delay=args.delay)
+                if engine == FLOOR:
+                    command = [our.python, str(FLOOR_SCRIPT), root, str(output)]
+                    command += ["--concurrency", str(max_tasks)]
+                    tally = tally_scrapy
+                else:
+                    command = our_command(
+                        our, engine, max_tasks=max_tasks, output=output, root=root
+                    )
+                    tally = tally_jsonl
                 cost = run_measured(
-                    our_command(our, engine, max_tasks=max_tasks, output=output, root=root),
+                    command,
                     timeout=3 * ideal + 120,
                     cwd=workdir,
                     env=env,
                     stderr=workdir / "stderr.txt",
                 )
-                pages = tally_jsonl(output).pages if output.exists() else 0
+                pages = tally(output).pages if output.exists() else 0
                 output.unlink(missing_ok=True)
                 results.setdefault((engine, max_tasks), []).append((cost, pages))
                 if pages != args.pages or cost.returncode != 0:
@@ -224,10 +249,10 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
         finally:
             server.stop()
         identity = package_identity(package_path)
-    for engine in args.engines:
+    for engine in [*args.engines, FLOOR]:
         base = results.get((engine, 100))
         base_wall = statistics.median(cost.wall_s for cost, _ in base) if base else None
-        for max_tasks in args.max_tasks:
+        for max_tasks in args.max_tasks if engine != FLOOR else args.floor_max_tasks:
             runs = results[(engine, max_tasks)]
             walls = [cost.wall_s for cost, _ in runs]
             wall = statistics.median(walls)

@@ -2,12 +2,12 @@
 
 Four parts, run in the order ``--only`` names them (all four by default):
 
-* ``synthetic``: our four engines, Scrapy and wget crawl the synthetic site
-  (``bench_engines.py``).
+* ``synthetic``: our four engines, Scrapy and wget crawl the synthetic site, and
+  ``floor.py`` measures what the libraries alone cost (``bench_engines.py``).
 * ``docs``: the same tools crawl the Python docs from Debian's python3.11-doc
   (``bench_engines.py``).
-* ``slow``: a server that answers after 1 s, crawled at max_tasks 10, 100 and 1000
-  (``bench_slow.py``).
+* ``slow``: a server that answers after 1 s, crawled at max_tasks 10, 100 and 1000, and
+  by ``floor.py``'s minimal crawler at 100 and 1000 (``bench_slow.py``).
 * ``state``: the core alone, a 1 000 000-URL frontier (``bench_state.py``, in a fresh
   process that imports a snapshot of the package).
 
@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crawl.add_argument("--no-scrapy", action="store_true")
     crawl.add_argument("--no-wget", action="store_true")
+    crawl.add_argument("--no-floor", action="store_true", help="leave floor.py out (all parts)")
     slow = parser.add_argument_group("slow")
     slow.add_argument("--slow-pages", type=int, default=2000)
     slow.add_argument("--slow-max-tasks", type=_numbers, default=[10, 100, 1000], metavar="N,N,...")
@@ -141,6 +142,7 @@ def run_part(
             argv += ["--our-python", entry]
         argv += ["--no-scrapy"] if args.no_scrapy else []
         argv += ["--no-wget"] if args.no_wget else []
+        argv += ["--no-floor"] if args.no_floor else []
         return bench_engines.run(bench_engines.build_parser().parse_args(argv))
     if part == "slow":
         argv = ["--pages", str(args.slow_pages), "--delay", str(args.slow_delay)]
@@ -149,6 +151,7 @@ def run_part(
         argv += ["--rounds", str(args.slow_rounds or args.rounds)]
         argv += ["--snapshot", str(package_path)]
         argv += ["--our-python", our_python[0]] if our_python else []
+        argv += ["--floor-max-tasks"] if args.no_floor else []
         return bench_slow.run(bench_slow.build_parser().parse_args(argv))
     return run_state(args, package_path=package_path)
 

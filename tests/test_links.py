@@ -421,3 +421,35 @@ def test_property_extract_agrees_with_normalize_url(href: str) -> None:
     body = f'<a href="{html.escape(href, quote=True)}">x</a>'.encode()
     expected = normalize_url(href, PAGE)
     assert extract_links(body, PAGE, "utf-8") == (set() if expected is None else {expected})
+
+
+# Pieces of a UTF-8 page with invalid sequences where they hurt: in hrefs, cut multi-byte
+# characters, surrogates and overlong forms, a BOM, NULs.
+_UTF8_PIECES = st.sampled_from(
+    [
+        b'<a href="',
+        b'">x</a>',
+        b"/",
+        b"p",
+        b"\xc3\xa9",
+        b"\xe2\x82",
+        b"\xed\xa0\x80",
+        b"\xc0\xaf",
+        b"\xf4\x90\x80\x80",
+        b"\xff",
+        b"\xef\xbb\xbf",
+        b"\x00",
+        b"\r\n",
+        b"<!--",
+    ]
+) | st.binary(max_size=8)
+
+
+@settings(max_examples=500, deadline=None)
+@given(pieces=st.lists(_UTF8_PIECES, max_size=20))
+def test_property_utf8_pages_parse_as_python_decodes_them(pieces: list[bytes]) -> None:
+    # Lexbor gets a UTF-8 page's bytes as they are; it must read them as Python's decoder
+    # does, invalid sequences and all, or the links would depend on who decoded the page.
+    body = b"".join(pieces)
+    as_python_reads_it = body.decode("utf-8", "replace").encode("utf-8")
+    assert extract_links(body, PAGE, "utf-8") == extract_links(as_python_reads_it, PAGE, "utf-8")

@@ -7,8 +7,9 @@ run as the real crawlers, the least that a crawler made of our libraries can cos
 * ``crawl``: a minimal crawler, the one a reader would write in an afternoon. A client per
   worker (one shared SSL context, no proxy lookup: the arrangement trio_crawler uses),
   ``client.get``, Lexbor for ``a``/``area``/``link`` hrefs, each distinct href of a page
-  through ``urljoin``/``urldefrag``, a seen set and a same-host test. No URL normalisation, records, limits, retries, robots.txt,
-  redirects, timeouts or report: everything that makes trio_crawler a crawler is missing.
+  through ``urljoin``/``urldefrag``, a seen set and a same-host test. No URL
+  normalisation, records, limits, retries, robots.txt, redirects, timeouts or report:
+  everything that makes trio_crawler a crawler is missing.
 * ``fetch``: no crawler at all. The same workers and clients GET a list of URLs known in
   advance (every ``.html`` file under a directory), reading each body and nothing more:
   the cost of HTTP alone.

@@ -314,9 +314,8 @@ def test_link_resolver_agrees_with_normalize_url(pieces: list[str], base: str) -
 # trailing dot, IDNA, default and out-of-range ports, leading zeros, userinfo).
 _ABSOLUTE_SCHEMES = st.sampled_from(["http://", "https://", "HTTP://", "http:", "ftp://"])
 _HOST_PIECES = st.sampled_from(
-    "a example com . - _ xn--nxasmq6b E é 1 127.0.0.1 @ user:pw@ [::1] %41".split()
-    + ["a" * 63, "b" * 64]
-)
+    ["a", "example", "com", ".", "-", "_", "xn--nxasmq6b", "E", "é", "1", "127.0.0.1", "@"]
+) | st.sampled_from(["user:pw@", "[::1]", "%41", "a" * 63, "b" * 64])
 _PORTS = st.sampled_from(["", ":", ":80", ":443", ":8080", ":0080", ":65535", ":65536", ":0"])
 
 

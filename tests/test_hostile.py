@@ -263,6 +263,8 @@ async def test_bodies_larger_than_max_size_are_not_read(engine: Engine) -> None:
     assert records[server.url("/8-mib")].exception == (
         f"ResponseTooLarge: body exceeds {MIB} bytes"
     )
+    # A status-200 record has a type and an encoding, read or not (CONTRACT.md).
+    assert {(stat.content_type, stat.encoding) for stat in crawler.done} == {("text/html", "utf-8")}
     # Not retried: the next try would be as large.
     assert {path: server.hits[path] for path in OVERSIZED} == dict.fromkeys(OVERSIZED, 1)
     assert_rest_of_crawl_fine(crawler, server)
@@ -293,7 +295,9 @@ async def test_body_that_is_not_the_gzip_it_claims(engine: Engine) -> None:
     )
     async with open_hostile_server(site({HOSTILE: not_gzip})) as server:
         crawler = await crawl(engine, server.url())
-    assert failure(by_url(crawler)[server.url(HOSTILE)]) == failed("DecodingError", status=200)
+    record = by_url(crawler)[server.url(HOSTILE)]
+    assert failure(record) == failed("DecodingError", status=200)
+    assert (record.content_type, record.encoding) == ("text/html", "utf-8")
     assert server.hits[HOSTILE] == 1  # not retried: the same bytes would come again
     assert_rest_of_crawl_fine(crawler, server)
 

@@ -108,12 +108,15 @@ class FetchError:
         retryable: True for network errors (connect, read, write, timeout, protocol), which the
             core retries while the URL has tries left; False for errors another try cannot fix.
         status: The HTTP status when one was received before the failure, else None.
+        content_type: The Content-Type header that came with ``status``, if any: a body too
+            large to keep is still a page of some type, and its record says which.
         exchange: The attempt as sent and received, when the crawl archives them.
     """
 
     error: str
     retryable: bool
     status: int | None = None
+    content_type: str | None = None
     exchange: Exchange | None = field(default=None, repr=False, compare=False)
 
 

@@ -237,11 +237,15 @@ async def fetch(
         error, retryable = describe_exception(exc), False
     # A failure another try cannot fix keeps the status the server answered with (a body
     # too large is still a 200); a retryable one has no status, as the contract says.
-    status = response.status_code if response is not None else None
+    status: int | None = None
+    content_type: str | None = None
+    if response is not None and not retryable:
+        status, content_type = response.status_code, response.headers.get("content-type")
     return FetchError(
         error=error,
         retryable=retryable,
-        status=None if retryable else status,
+        status=status,
+        content_type=content_type,
         exchange=_exchange(url, response, raw_chunks, error, robots, client),
     )
 

@@ -571,8 +571,22 @@ class CrawlState:
             LOGGER.warning("%s failed after %d tries", request.url, request.attempt)
         else:
             LOGGER.warning("%s failed: %s", request.url, failure.error)
+        media_type: str | None = None
+        encoding: str | None = None
+        if failure.status == 200:
+            # The contract gives every status-200 record a type and an encoding. The body
+            # was not read, so the encoding is the one a page of a type we do not parse
+            # gets: the Content-Type charset, else UTF-8.
+            media_type, charset = parse_content_type(failure.content_type)
+            encoding = choose_encoding(b"", charset)
         self._record(
-            FetchStatistic(url=request.url, status=failure.status, exception=failure.error)
+            FetchStatistic(
+                url=request.url,
+                status=failure.status,
+                exception=failure.error,
+                content_type=media_type,
+                encoding=encoding,
+            )
         )
         return None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import platform
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 import trio
 from conftest import CONTRACT_KEYS
 
+from trio_crawler import ConfigError, Crawler
 from trio_crawler._cli import ENGINES, HEAP_TOP_PAD, parse_args
 from trio_crawler._demo import build_demo_site
 
@@ -79,6 +81,36 @@ async def test_usage_error_is_one_line_and_makes_no_request(args: list[str], mes
     assert lines[0].startswith("trio-crawler: error: ")
     assert message in lines[0]
     assert server.requests == []
+
+
+@pytest.mark.trio
+async def test_an_http_library_not_installed_is_a_one_line_usage_error() -> None:
+    with trio.fail_after(HANG_LIMIT):
+        result = await trio.run_process(
+            [sys.executable, "-m", "trio_crawler", "http://127.0.0.1:9/"],
+            env={**os.environ, "TRIO_CRAWLER_HTTP": "urllib3"},
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert result.returncode == 2
+    [line] = result.stderr.decode().splitlines()
+    assert line.startswith("trio-crawler: error: TRIO_CRAWLER_HTTP must name an installed ")
+    assert line.endswith(", not 'urllib3'")
+
+
+def test_an_http_library_not_installed_stops_a_crawler_that_makes_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import trio_crawler._fetch
+
+    monkeypatch.setattr(trio_crawler._fetch, "_HTTP_PROBLEM", "must name ... not 'urllib3'")
+    with pytest.raises(ConfigError, match=r"^TRIO_CRAWLER_HTTP must name"):
+        Crawler(["http://127.0.0.1/"])
+    # Given a client, the crawler makes none, and the setting does not matter.
+    client = httpx.AsyncClient()
+    Crawler(["http://127.0.0.1/"], client=client)
+    trio.run(client.aclose)
 
 
 @pytest.mark.trio

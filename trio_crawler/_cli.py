@@ -41,7 +41,7 @@ from ._config import (
     ConfigError,
     CrawlConfig,
 )
-from ._fetch import DEFAULT_USER_AGENT, __version__, http_library
+from ._fetch import DEFAULT_USER_AGENT, __version__, check_http_library, http_library
 from ._output import JsonLinesWriter
 from ._report import format_report
 
@@ -357,6 +357,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         if exc.option == "roots":
             raise UsageError(f"ROOT {exc.problem}") from None
         raise UsageError(f"--{exc.option.replace('_', '-')} {exc.problem}") from None
+    try:
+        check_http_library()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
     if args.quiet:
         log_level = logging.ERROR
     else:

@@ -24,7 +24,13 @@ from ._config import (
     CrawlConfig,
 )
 from ._events import Exchange, FetchError, describe_exception
-from ._fetch import DEFAULT_USER_AGENT, environment_names_a_proxy, fetch, open_client
+from ._fetch import (
+    DEFAULT_USER_AGENT,
+    check_http_library,
+    environment_names_a_proxy,
+    fetch,
+    open_client,
+)
 from ._state import CrawlState, CrawlStatistics
 
 if TYPE_CHECKING:
@@ -134,6 +140,8 @@ class CrawlerBase:
                 "progress_interval",
                 f"must be a positive number of seconds, not {progress_interval!r}",
             )
+        if client is None:
+            check_http_library()
         self.state = CrawlState(self.config, on_record=on_record)
         self._user_agent = self.config.user_agent or DEFAULT_USER_AGENT
         # Whether the workers' clients take a proxy from the environment: asked when the

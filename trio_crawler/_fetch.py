@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 import anyio
 import httpx
 
-from ._config import DEFAULT_MAX_SIZE
+from ._config import DEFAULT_MAX_SIZE, ConfigError
 from ._events import Exchange, FetchError, Outcome, Response, describe_exception
 from ._version import __version__ as __version__
 
@@ -79,13 +79,16 @@ class DecodingError(Exception):
     """A body that its Content-Encoding cannot undo (corrupt gzip or deflate data)."""
 
 
-def _http_libraries() -> tuple[ModuleType, list[ModuleType]]:
-    """The library our own clients come from, and every library whose errors we map.
+def _http_libraries() -> tuple[ModuleType, list[ModuleType], str | None]:
+    """The library our own clients come from, every library whose errors we map, and what
+    is wrong with ``TRIO_CRAWLER_HTTP`` (None if nothing).
 
     httpx is the dependency; httpx2, its maintained fork with the same API, is used for
     the clients the crawler makes when it is installed (``pip install
     'trio-crawler[httpx2]'``). ``TRIO_CRAWLER_HTTP=httpx`` (or ``httpx2``) picks one
     explicitly. Errors of both are mapped, since a caller's own ``client=`` may be either.
+    A name that is not installed is reported by :func:`check_http_library`, not raised
+    here: an import that fails can only be a traceback.
     """
     installed = [httpx]
     with contextlib.suppress(ImportError):
@@ -93,16 +96,15 @@ def _http_libraries() -> tuple[ModuleType, list[ModuleType]]:
     wanted = os.environ.get("TRIO_CRAWLER_HTTP")
     for library in installed:
         if library.__name__ == wanted:
-            return library, installed
+            return library, installed, None
+    problem = None
     if wanted:
         names = ", ".join(library.__name__ for library in installed)
-        raise ImportError(
-            f"TRIO_CRAWLER_HTTP must name an installed library ({names}), not {wanted!r}"
-        )
-    return installed[-1], installed
+        problem = f"must name an installed library ({names}), not {wanted!r}"
+    return installed[-1], installed, problem
 
 
-_HTTP, _LIBRARIES = _http_libraries()
+_HTTP, _LIBRARIES, _HTTP_PROBLEM = _http_libraries()
 _RETRYABLE: tuple[type[Exception], ...] = tuple(
     error
     for library in _LIBRARIES
@@ -120,6 +122,16 @@ _NOT_RETRYABLE: tuple[type[Exception], ...] = (
 )
 # The encodings we can undo with the standard library, and so the only ones we ask for.
 ACCEPT_ENCODING = "gzip, deflate"
+
+
+def check_http_library() -> None:
+    """Raise ConfigError if ``TRIO_CRAWLER_HTTP`` names no installed HTTP library.
+
+    Asked when a crawler that makes its own clients is made, and by the command line
+    before it starts, which reports it in one line.
+    """
+    if _HTTP_PROBLEM is not None:
+        raise ConfigError("TRIO_CRAWLER_HTTP", _HTTP_PROBLEM)
 
 
 def http_library() -> str:

@@ -80,9 +80,9 @@ def normalize_url(href: str, base: str | None = None) -> str | None:
 _PLAIN_HREF = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,=:@/?%]*")
 # What urlsplit takes for a scheme (RFC 3986, section 3.1).
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
-# A plain href that is already an absolute URL in normalize_url's spelling but perhaps for
-# its path: lower-case scheme, a host of lower-case ASCII labels of 1 to 63 characters (which
-# IDNA leaves as they are), a port without leading zeros, then the path and query if any.
+# A plain href that is an absolute URL already in normalize_url's spelling, but for an empty
+# path or query: lower-case scheme, a host of lower-case ASCII labels of 1 to 63 characters
+# (which IDNA leaves as they are), a port without leading zeros, then the path and query.
 # Anything else (upper case, userinfo, a trailing dot, brackets) takes the general path.
 _PLAIN_ABSOLUTE = re.compile(
     r"(https?)://(?:[a-z0-9\-]{1,63}\.)*[a-z0-9\-]{1,63}(?::([1-9][0-9]{0,4}))?([/?].*)?"

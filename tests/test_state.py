@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from trio_crawler._config import CrawlConfig
-from trio_crawler._events import FetchError, FetchRequest, Response
+from trio_crawler._events import FetchError, FetchRequest, Response, describe_exception
 from trio_crawler._state import CrawlState, CrawlStatistics
 from trio_crawler._stats import FetchStatistic
 
@@ -233,3 +233,29 @@ def test_stop_scheduling_lets_in_flight_urls_finish() -> None:
     state.attempt_finished(first, html("/more"))
     assert state.finished
     assert counts(state).todo == 2  # b.com and a.com/more were never fetched
+
+
+def _raised_from(outer: Exception, inner: BaseException, *, hide: bool) -> Exception:
+    """``outer``, raised while handling ``inner`` (``from None`` when ``hide``)."""
+    try:
+        try:
+            raise inner
+        except BaseException:
+            if hide:
+                raise outer from None
+            raise outer  # noqa: B904 (the implicit context is what is being tested)
+    except Exception as exc:
+        return exc
+
+
+def test_describe_exception_borrows_a_message_from_below() -> None:
+    assert describe_exception(OSError("refused")) == "OSError: refused"
+    assert describe_exception(TimeoutError()) == "TimeoutError"
+    bare_over_reason = _raised_from(ConnectionError(), ValueError("bad certificate"), hide=True)
+    assert describe_exception(bare_over_reason) == "ConnectionError: bad certificate"
+    implicit = _raised_from(ConnectionError(), KeyError("k"), hide=False)
+    assert describe_exception(implicit) == "ConnectionError: 'k'"
+    # A chain of messageless exceptions that loops back on itself still ends.
+    first, second = ConnectionError(), ConnectionError()
+    first.__context__, second.__context__ = second, first
+    assert describe_exception(first) == "ConnectionError"

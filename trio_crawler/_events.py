@@ -123,8 +123,26 @@ class FetchError:
 Outcome = Response | FetchError
 
 
+# How far down an exception's causes describe_exception looks for a message.
+_MAX_CAUSES = 8
+
+
 def describe_exception(exc: BaseException) -> str:
-    """Render an exception the way records carry it: ``"Name: message"``, or ``"Name"``."""
-    message = str(exc)
+    """Render an exception the way records carry it: ``"Name: message"``, or ``"Name"``.
+
+    An exception with no message of its own borrows the first message among its causes
+    and contexts, even a context its raiser suppressed (``from None`` hides it from a
+    traceback, not from this search): on Trio, a refused certificate reaches us as a bare
+    ``ConnectError``, over a bare ``BrokenResourceError``, over the
+    ``SSLCertVerificationError`` that says what went wrong, and a record reading only
+    "ConnectError" would hide it.
+    """
     name = type(exc).__name__
+    message = str(exc)
+    cause: BaseException | None = exc
+    for _ in range(_MAX_CAUSES):
+        if message or cause is None:
+            break
+        cause = cause.__cause__ or cause.__context__
+        message = str(cause) if cause is not None else ""
     return f"{name}: {message}" if message else name

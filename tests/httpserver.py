@@ -13,18 +13,21 @@ with`` block. Each connection is a loop over h11's state machine: read bytes unt
 gives a ``Request``, wait for the end of its (ignored) body, ask the route's handler for a
 ``Reply``, send it, and start the next keep-alive cycle, or hang up when h11 says the
 connection must close. Everything is written on AnyIO, so the same server runs under Trio
-and under asyncio.
+and under asyncio. Given an ``ssl_context``, it serves HTTPS instead (AnyIO's TLS listener
+does the handshake; the rest is the same).
 """
 
 from __future__ import annotations
 
 import collections
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
 import anyio.abc
+import anyio.streams.tls
 import h11
 
 # Bytes per read; the same figure as h11's examples/trio-server.py (MAX_RECV).
@@ -80,8 +83,9 @@ class TestServer:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, port: int, routes: Mapping[str, Handler]) -> None:
+    def __init__(self, port: int, routes: Mapping[str, Handler], *, scheme: str = "http") -> None:
         self.port = port
+        self.scheme = scheme
         self.routes: dict[str, Handler] = dict(routes)
         self.requests: list[str] = []  # targets in the order requests arrived
         self.hits: collections.Counter[str] = collections.Counter()
@@ -92,7 +96,7 @@ class TestServer:
         self._drops_left: collections.Counter[str] = collections.Counter()
 
     def url(self, target: str = "/") -> str:
-        return f"http://127.0.0.1:{self.port}{target}"
+        return f"{self.scheme}://127.0.0.1:{self.port}{target}"
 
     def route(self, target: str, handler: Handler) -> None:
         self.routes[target] = handler
@@ -112,7 +116,7 @@ class TestServer:
         handler = self.routes.get(request.target, self._fallback)
         return handler if isinstance(handler, Reply) else await handler(request)
 
-    async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
+    async def _serve_connection(self, stream: anyio.abc.ByteStream) -> None:
         self.connections += 1
         connection = h11.Connection(h11.SERVER)
         async with stream:
@@ -122,7 +126,7 @@ class TestServer:
             except (h11.RemoteProtocolError, anyio.BrokenResourceError):
                 pass  # the client broke the protocol or reset the connection: hang up
 
-    async def _serve_one(self, connection: h11.Connection, stream: anyio.abc.SocketStream) -> bool:
+    async def _serve_one(self, connection: h11.Connection, stream: anyio.abc.ByteStream) -> bool:
         """Serve one request; return whether the connection may carry another."""
         event = await _next_event(connection, stream)
         if not isinstance(event, h11.Request):
@@ -150,7 +154,7 @@ class TestServer:
         return connection.our_state is h11.DONE and connection.their_state is h11.DONE
 
 
-async def _next_event(connection: h11.Connection, stream: anyio.abc.SocketStream) -> h11.Event:
+async def _next_event(connection: h11.Connection, stream: anyio.abc.ByteStream) -> h11.Event:
     """The next event from the client, reading from the socket as often as h11 needs."""
     while (event := connection.next_event()) is h11.NEED_DATA:
         try:
@@ -163,7 +167,7 @@ async def _next_event(connection: h11.Connection, stream: anyio.abc.SocketStream
 
 
 async def _send(
-    connection: h11.Connection, stream: anyio.abc.SocketStream, request: Request, reply: Reply
+    connection: h11.Connection, stream: anyio.abc.ByteStream, request: Request, reply: Reply
 ) -> None:
     headers = list(reply.headers)
     if not any(name.lower() == "content-length" for name, _ in headers):
@@ -177,9 +181,9 @@ async def _send(
 
 @asynccontextmanager
 async def open_test_server(
-    routes: Mapping[str, Handler] | None = None,
+    routes: Mapping[str, Handler] | None = None, *, ssl_context: ssl.SSLContext | None = None
 ) -> AsyncIterator[TestServer]:
-    """Serve on 127.0.0.1:0 in a task group of its own.
+    """Serve on 127.0.0.1:0 in a task group of its own; HTTPS with ``ssl_context``.
 
     On exit, stop serving and close every connection, cancelling any handler still
     running (one that sleeps forever, say). An exception from the body of the ``async
@@ -187,10 +191,16 @@ async def open_test_server(
     so ``pytest.raises`` around the block works; cancellation and any failure of the
     server's own tasks (a bug here) propagate as the task group raises them.
     """
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    tcp = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = tcp.extra(anyio.abc.SocketAttribute.local_port)
+    listener: anyio.abc.Listener[anyio.abc.ByteStream] = tcp
+    if ssl_context is not None:
+        # A client that rejects the certificate only ends its own connection: AnyIO's TLS
+        # listener logs the failed handshake and goes on serving.
+        listener = anyio.streams.tls.TLSListener(tcp, ssl_context, standard_compatible=False)
     body_error: Exception | None = None
     async with listener, anyio.create_task_group() as task_group:
-        server = TestServer(listener.extra(anyio.abc.SocketAttribute.local_port), routes or {})
+        server = TestServer(port, routes or {}, scheme="http" if ssl_context is None else "https")
         task_group.start_soon(listener.serve, server._serve_connection, task_group)
         try:
             yield server

@@ -1,0 +1,114 @@
+"""HTTPS against a real TLS server on 127.0.0.1, with certificates from a test CA (trustme).
+
+Most of the web is HTTPS, and the crawler's clients share one verifying SSL context that
+the crawler builds itself (see ``CrawlerBase._new_worker_client``). These tests show that it
+verifies: a certificate from an unknown CA is a failure record, on every engine, while the
+rest of the crawl goes on; that the CA store is the system's, which OpenSSL lets
+``SSL_CERT_FILE`` replace (the command line, in a fresh process, trusting the test CA); and
+that a caller's own client, with its own trust, is used as given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+import trustme
+from conftest import Engine
+
+from httpserver import Reply, open_test_server
+
+pytestmark = pytest.mark.anyio
+
+HANG_LIMIT = 60  # seconds (virtual on Trio)
+SITE = {
+    "/": Reply.html('<a href="/a">a</a> <a href="/b">b</a>'),
+    "/a": Reply.html('<a href="/">home</a>'),
+    "/b": Reply.html("b"),
+}
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def server_context(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context
+
+
+async def test_a_certificate_from_an_unknown_ca_is_a_failure_record(
+    engine: Engine, server_context: ssl.SSLContext
+) -> None:
+    async with (
+        open_test_server(SITE, ssl_context=server_context) as tls_server,
+        open_test_server(SITE) as plain_server,
+    ):
+        crawler = engine.crawler(
+            [tls_server.url(), plain_server.url()], max_tries=1, obey_robots=False
+        )
+        with anyio.fail_after(HANG_LIMIT):
+            await crawler.crawl()
+    records = {stat.url: stat for stat in crawler.done}
+    refused = records[tls_server.url()]
+    assert refused.status is None
+    assert refused.exception is not None
+    assert refused.exception.startswith("ConnectError")
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.exception
+    assert tls_server.requests == []  # no request was sent over the untrusted connection
+    assert {records[plain_server.url(path)].status for path in SITE} == {200}
+
+
+async def test_a_callers_client_brings_its_own_trust(
+    engine: Engine, ca: trustme.CA, server_context: ssl.SSLContext
+) -> None:
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    async with (
+        open_test_server(SITE, ssl_context=server_context) as server,
+        httpx.AsyncClient(verify=trusting) as client,
+    ):
+        crawler = engine.crawler([server.url()], client=client, obey_robots=False)
+        with anyio.fail_after(HANG_LIMIT):
+            await crawler.crawl()
+    assert {stat.url: stat.status for stat in crawler.done} == {
+        server.url(path): 200 for path in SITE
+    }
+
+
+@pytest.mark.parametrize("engine_name", ["trio", "asyncio"])
+def test_the_command_line_crawls_https_trusting_ssl_cert_file(
+    engine_name: str, ca: trustme.CA, server_context: ssl.SSLContext, tmp_path: Path
+) -> None:
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    output = tmp_path / "records.jsonl"
+    command = [sys.executable, "-m", "trio_crawler", "--engine", engine_name, "-q"]
+    command += ["--ignore-robots", "-o", str(output)]
+
+    async def crawl_with_the_command_line() -> tuple[subprocess.CompletedProcess[bytes], str]:
+        async with open_test_server(SITE, ssl_context=server_context) as server:
+            with anyio.fail_after(HANG_LIMIT):
+                done = await anyio.run_process(
+                    [*command, server.url()],
+                    env={**os.environ, "SSL_CERT_FILE": str(ca_file), "SSL_CERT_DIR": ""},
+                    check=False,
+                )
+            return done, server.url()
+
+    done, root = anyio.run(crawl_with_the_command_line, backend="trio")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert {record["url"]: record["status"] for record in records} == {
+        root.rstrip("/") + path: 200 for path in SITE
+    }

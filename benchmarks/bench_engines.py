@@ -74,6 +74,7 @@ from benchmarks.measure import (
     package_identity,
     run_measured,
     snapshot_package,
+    unwind_on_sigterm,
 )
 from benchmarks.nginx import NginxError, find_nginx, serve_directory
 from benchmarks.synthetic_site import generate
@@ -781,6 +782,7 @@ def _scrapy_versions(python: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    unwind_on_sigterm()
     args = build_parser().parse_args(argv)
     try:
         markdown, passed = run(args)

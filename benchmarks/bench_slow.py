@@ -62,6 +62,7 @@ from benchmarks.measure import (
     raise_open_file_limit,
     run_measured,
     snapshot_package,
+    unwind_on_sigterm,
 )
 from benchmarks.slow_server import page_path, site_links
 
@@ -313,6 +314,7 @@ def _ideal_ratio(links: Sequence[Sequence[int]], delay: float, settings: Sequenc
 
 
 def main(argv: list[str] | None = None) -> None:
+    unwind_on_sigterm()
     args = build_parser().parse_args(argv)
     try:
         markdown, passed = run(args)

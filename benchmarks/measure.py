@@ -135,6 +135,13 @@ def run_measured(
         killer.start()
         try:
             _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:
+            # Interrupted (Ctrl-C, or SIGTERM turned into one by unwind_on_sigterm): the
+            # command runs in a session of its own, so it would outlive the harness.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
         finally:
             killer.cancel()
         wall = time.perf_counter() - started
@@ -153,6 +160,16 @@ def run_measured(
         steal_percent=100 * (steal_end - steal_start) / max(1, total_end - total_start),
         timed_out=timed_out.is_set(),
     )
+
+
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM raise KeyboardInterrupt, as Ctrl-C does.
+
+    The harness starts servers (nginx, the slow server) and crawlers that are stopped in
+    ``finally`` blocks; Python's default SIGTERM ends the process without running them,
+    and the servers would go on listening.
+    """
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def raise_open_file_limit(minimum: int) -> int:

@@ -179,9 +179,23 @@ def test_a_success_on_a_later_try_is_an_ordinary_record() -> None:
 
 def test_errors_a_retry_cannot_fix_are_recorded_at_once() -> None:
     state, _ = make_state(max_tries=4)
-    failure = FetchError(error="DecodingError: bad gzip", retryable=False, status=200)
+    failure = FetchError(
+        error="DecodingError: bad gzip",
+        retryable=False,
+        status=200,
+        content_type="text/html; charset=ISO-8859-1",
+    )
     assert state.attempt_finished(take(state), failure) is None
-    assert state.done == [FetchStatistic(url=ROOT, status=200, exception="DecodingError: bad gzip")]
+    # A status-200 record has a type and an encoding even when its body was never read.
+    assert state.done == [
+        FetchStatistic(
+            url=ROOT,
+            status=200,
+            exception="DecodingError: bad gzip",
+            content_type="text/html",
+            encoding="iso-8859-1",
+        )
+    ]
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ Set up once with ``bash benchmarks/setup.sh``, then, from the repository root::
     .venv/bin/python benchmarks/run.py [--pages 10000] [--rounds 3]
         [--only synthetic,docs,slow,state] [--out results.md]
 
-Defaults take about 45 minutes on the 2-CPU machine (see README.md for a smoke run).
+Defaults took 33 minutes on the 2-CPU machine (see README.md for a smoke run).
 """
 
 from __future__ import annotations

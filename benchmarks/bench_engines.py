@@ -72,9 +72,9 @@ from benchmarks.measure import (
     ChildCost,
     markdown_table,
     package_identity,
+    run_main,
     run_measured,
     snapshot_package,
-    unwind_on_sigterm,
 )
 from benchmarks.nginx import NginxError, find_nginx, serve_directory
 from benchmarks.synthetic_site import generate
@@ -782,7 +782,6 @@ def _scrapy_versions(python: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    unwind_on_sigterm()
     args = build_parser().parse_args(argv)
     try:
         markdown, passed = run(args)
@@ -794,4 +793,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "bench_engines")

@@ -60,9 +60,9 @@ from benchmarks.measure import (
     markdown_table,
     package_identity,
     raise_open_file_limit,
+    run_main,
     run_measured,
     snapshot_package,
-    unwind_on_sigterm,
 )
 from benchmarks.slow_server import page_path, site_links
 
@@ -314,7 +314,6 @@ def _ideal_ratio(links: Sequence[Sequence[int]], delay: float, settings: Sequenc
 
 
 def main(argv: list[str] | None = None) -> None:
-    unwind_on_sigterm()
     args = build_parser().parse_args(argv)
     try:
         markdown, passed = run(args)
@@ -326,4 +325,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "bench_slow")

@@ -25,6 +25,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 # GNU time (Debian package "time"): see run_measured for why the children run under it.
 GNU_TIME = "/usr/bin/time"
@@ -160,6 +161,20 @@ def run_measured(
         steal_percent=100 * (steal_end - steal_start) / max(1, total_end - total_start),
         timed_out=timed_out.is_set(),
     )
+
+
+def run_main(main: Callable[[], None], name: str) -> None:
+    """Run a benchmark's ``main``; Ctrl-C or SIGTERM ends it with one line and status 130.
+
+    The servers and crawls are stopped by then (see :func:`unwind_on_sigterm`); a
+    traceback through ``os.wait4`` would say nothing more.
+    """
+    unwind_on_sigterm()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; its servers and crawls are stopped", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def unwind_on_sigterm() -> None:

@@ -43,7 +43,7 @@ if __package__ in (None, ""):
 
 from benchmarks import bench_engines, bench_slow
 from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_environment
-from benchmarks.measure import snapshot_package, unwind_on_sigterm
+from benchmarks.measure import run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
 PARTS = ("synthetic", "docs", "slow", "state")
@@ -184,7 +184,6 @@ def run_state(args: argparse.Namespace, *, package_path: Path) -> tuple[str, boo
 
 
 def main(argv: list[str] | None = None) -> None:
-    unwind_on_sigterm()
     args = build_parser().parse_args(argv)
     if args.pages < 1 or args.rounds < 1 or args.state_urls < 1000:
         raise SystemExit("run: --pages and --rounds must be >= 1, --state-urls >= 1000")
@@ -226,4 +225,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "run")

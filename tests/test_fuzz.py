@@ -719,6 +719,7 @@ class Driver:
         self.state = CrawlState(config, on_record=self.written.append)
         self.outstanding: list[FetchRequest] = []
         self.handed_out: list[FetchRequest] = []
+        self.errors_given: set[str] = set()  # the texts of the FetchErrors answered
         self.now = 1_000.0
 
     def tick(self) -> float:
@@ -751,6 +752,8 @@ class Driver:
 
     def answer(self, index: int, outcome: Outcome) -> None:
         request = self.outstanding.pop(index)
+        if isinstance(outcome, FetchError):
+            self.errors_given.add(outcome.error)
         retry = self.state.attempt_finished(request, outcome, now=self.tick())
         if retry is None:
             return
@@ -790,10 +793,13 @@ class Driver:
                 if urlsplit(record.next_url).scheme in ("http", "https"):
                     assert_good_url(record.next_url)
             assert 0 <= record.num_new_urls <= record.num_urls
-            if record.encoding is not None:
-                # A page's record: an exception here means the extractor raised, which it
-                # promises never to do (the core only catches it to keep crawling).
-                assert record.exception is None, record
+            if record.encoding is not None and record.exception is not None:
+                # A status-200 fetch that failed (too large, undecodable) has an encoding
+                # too. Any other exception on a record with one means the extractor
+                # raised, which it promises never to do (the core only catches it to keep
+                # crawling).
+                assert record.exception in self.errors_given, record
+                assert (record.status, record.size, record.num_urls) == (200, 0, 0), record
         for url in state.seen_urls:
             assert_good_url(url)
             if url not in config.roots:

@@ -17,6 +17,7 @@ tests/test_state_manners.py steps the same rules through the core by hand.
 from __future__ import annotations
 
 import email.utils
+import gzip
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -34,6 +35,7 @@ import trio_crawler._state as state_module
 from trio_crawler import FetchStatistic, __version__
 from trio_crawler._config import MAX_HOST_DELAY
 from trio_crawler._crawler import CrawlerBase
+from trio_crawler._fetch import ROBOTS_MAX_SIZE
 
 from httpserver import Handler, Reply, Request, TestServer, open_test_server
 
@@ -221,6 +223,34 @@ async def test_disallowed_urls_are_not_fetched_recorded_or_queued(
     assert crawler.limit_counts == {"robots_disallowed": 2}
     assert f"robots.txt disallows {site.url('/private/x')}" in caplog.text
     assert f"robots.txt disallows {site.url('/private/root')}" in caplog.text
+    assert crawler.finish_reason == "finished"
+
+
+@pytest.mark.parametrize("content_encoding", [None, "gzip"])
+async def test_a_robots_txt_over_500_kib_is_obeyed_up_to_its_last_whole_line(
+    engine: Engine, content_encoding: str | None
+) -> None:
+    # RFC 9309, 2.5: parse at least 500 KiB, ignore the rest. The first rule comes just
+    # before the limit (far past --max-size); the limit falls inside the second, whose
+    # cut-off start ("Disallow: /cu") must not count either; the third is past it.
+    head, early, cut_rule = "User-agent: *\n", "Disallow: /early\n", "Disallow: /cut-in-half\n"
+    padding = ROBOTS_MAX_SIZE - len("Disallow: /cu") - len(head) - len(early)
+    comment = "#" + "x" * (padding - 2) + "\n"
+    text = head + comment + early + cut_rule + "Disallow: /late\n" + comment
+    assert text.index(cut_rule) + len("Disallow: /cu") == ROBOTS_MAX_SIZE
+    body = text.encode()
+    headers = [("content-type", "text/plain")]
+    if content_encoding == "gzip":
+        body = gzip.compress(body)
+        headers.append(("content-encoding", "gzip"))
+    routes = {
+        "/robots.txt": Reply(headers=headers, body=body),
+        "/": page("/early", "/cu", "/late"),
+    }
+    async with open_site(routes, default=page()) as site:
+        crawler = await crawl(engine, site.url(), max_size=1000)  # --max-size is not the limit
+    assert sorted(site.targets()) == ["/", "/cu", "/late", "/robots.txt"]
+    assert crawler.limit_counts == {"robots_disallowed": 1}
     assert crawler.finish_reason == "finished"
 
 

@@ -122,6 +122,9 @@ _NOT_RETRYABLE: tuple[type[Exception], ...] = (
 )
 # The encodings we can undo with the standard library, and so the only ones we ask for.
 ACCEPT_ENCODING = "gzip, deflate"
+# How much of a robots.txt is read: RFC 9309, section 2.5, asks crawlers to parse at least
+# 500 KiB and lets them ignore the rest. A larger file is cut there, not failed.
+ROBOTS_MAX_SIZE = 500 * 1024
 
 
 def check_http_library() -> None:
@@ -222,7 +225,9 @@ async def fetch(
         keep_exchange: Attach an :class:`~trio_crawler._events.Exchange` (the attempt as
             sent and received, for ``--warc``) to the outcome. Off by default: it keeps a
             second copy of the body.
-        robots: Mark the exchange as a robots.txt fetch.
+        robots: A robots.txt fetch: marked so in the exchange, and read up to
+            :data:`ROBOTS_MAX_SIZE` whatever ``max_size`` says. A longer file is cut
+            there, at the end of its last whole line, and the rest ignored.
         user_agent: A User-Agent for this request, over the client's own.
 
     Returns:
@@ -234,14 +239,17 @@ async def fetch(
     try:
         headers = None if user_agent is None else {"user-agent": user_agent}
         async with client.stream("GET", url, headers=headers) as response:
-            body = await _read_body(response, max_size, raw_chunks)
+            limit = ROBOTS_MAX_SIZE if robots else max_size
+            body, cut = await _read_body(response, limit, raw_chunks, keep_prefix=robots)
+            if cut:
+                body = body[: body.rfind(b"\n") + 1]  # a rule cut in half is no rule
             return Response(
                 status=response.status_code,
                 content_type=response.headers.get("content-type"),
                 location=_location(response),
                 body=body,
                 retry_after=_retry_after(response),
-                exchange=_exchange(url, response, raw_chunks, None, robots, None),
+                exchange=_exchange(url, response, raw_chunks, None, robots, None, cut=cut),
             )
     except _RETRYABLE as exc:
         error, retryable = describe_exception(exc), True
@@ -263,16 +271,27 @@ async def fetch(
 
 
 async def _read_body(
-    response: httpx.Response, max_size: int, raw_chunks: list[bytes] | None
-) -> bytes:
+    response: httpx.Response,
+    max_size: int,
+    raw_chunks: list[bytes] | None,
+    *,
+    keep_prefix: bool = False,
+) -> tuple[bytes, bool]:
+    """The decoded body, and whether it was cut at ``max_size``.
+
+    A body that grows past ``max_size`` raises ResponseTooLarge, or with ``keep_prefix``
+    is cut there: its first ``max_size`` bytes come back, and the rest is not read.
+    """
     if response.is_stream_consumed:
         # A response built with its body in hand (httpx.MockTransport): httpx has read
         # and decoded it already, so there is nothing left to bound but its size.
-        if len(response.content) > max_size:
-            raise ResponseTooLarge(f"body exceeds {max_size} bytes")
         if raw_chunks is not None:
             raw_chunks.append(response.content)
-        return response.content
+        if len(response.content) > max_size:
+            if keep_prefix:
+                return response.content[:max_size], True
+            raise ResponseTooLarge(f"body exceeds {max_size} bytes")
+        return response.content, False
     decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_size)
     failure: ResponseTooLarge | DecodingError | None = None
     with anyio.CancelScope() as reading:
@@ -290,9 +309,11 @@ async def _read_body(
                 # them suspended, and Trio warns about each one when it is collected.
                 failure = exc
                 reading.cancel()
+    if isinstance(failure, ResponseTooLarge) and keep_prefix:
+        return decoder.prefix(), True
     if failure is not None:
         raise failure
-    return decoder.finish()
+    return decoder.finish(), False
 
 
 class _BodyDecoder:
@@ -315,6 +336,10 @@ class _BodyDecoder:
             data = stage.inflate(data, self._max_size - self._size + 1)
         self._take(data)
 
+    def prefix(self) -> bytes:
+        """The first ``max_size`` bytes, once ``feed`` has raised ResponseTooLarge."""
+        return b"".join(self._parts)[: self._max_size]
+
     def finish(self) -> bytes:
         data = b""
         for stage in self._stages:
@@ -326,9 +351,9 @@ class _BodyDecoder:
         if not data:
             return
         self._size += len(data)
+        self._parts.append(data)  # kept even when too much: prefix() may want its start
         if self._size > self._max_size:
             raise ResponseTooLarge(f"body exceeds {self._max_size} bytes")
-        self._parts.append(data)
 
 
 # zlib's wbits per coding: 32+15 reads a gzip or a zlib header; deflate is tried as zlib
@@ -405,6 +430,8 @@ def _exchange(
     error: str | None,
     robots: bool,
     client: httpx.AsyncClient | None,
+    *,
+    cut: bool = False,
 ) -> Exchange | None:
     """The attempt as sent and received, when the crawl keeps them (else None)."""
     if raw_chunks is None:
@@ -429,7 +456,7 @@ def _exchange(
             _header_pairs(response.extensions.get(_RAW_HEADERS, response.headers.raw))
         ),
         body=b"".join(raw_chunks),
-        truncated=error is not None,
+        truncated=error is not None or cut,
         error=error,
         robots=robots,
     )

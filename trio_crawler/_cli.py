@@ -444,8 +444,8 @@ def _pad_the_heap() -> bool:
     A crawl allocates and frees each page's body, text and parse tree in turn. With glibc's
     defaults (no pad), the top of the heap follows them down and up again: a ``brk`` call
     each way and freshly zeroed pages each time up. Measured on a 10 000-page crawl: 40 000
-    ``brk`` calls, and 1.05 s of system time against 0.49 s with the pad (the same run's
-    user time did not change). The setting is process-wide, so the command line makes it
+    ``brk`` calls, and 1.05 s of system time against 0.49 s with the pad (the same runs'
+    user time did not grow). The setting is process-wide, so the command line makes it
     and the library does not. Elsewhere than Linux, or without a ``mallopt``, it does
     nothing.
     """

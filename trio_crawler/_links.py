@@ -242,23 +242,19 @@ def _prescan_meta_charset(prefix: bytes) -> str | None:
 
 
 def _parser_input(body: bytes, encoding: str) -> str | bytes:
-    """What Lexbor should parse: ``body`` decoded with ``encoding``, or as it is if UTF-8.
+    """What Lexbor should parse: ``body`` decoded with ``encoding``, or as it is for UTF-8.
 
     Lexbor reads bytes as UTF-8, with no sniffing of its own, and replaces invalid
     sequences as Python's decoder does (a property test holds the two together). Handing
     a UTF-8 page over undecoded spares decoding it here only for selectolax to encode it
-    back to UTF-8: 15% of the parse of a large page.
+    back to UTF-8: 15% of the parse of a large page. An encoding Python cannot decode
+    documents with means UTF-8 too.
     """
-    if (_document_codec(_clean_label(encoding)) or _DEFAULT_ENCODING) == _DEFAULT_ENCODING:
-        return body
-    return _decode(body, encoding)
-
-
-def _decode(body: bytes, encoding: str) -> str:
-    """``body`` as text, with ``encoding`` if Python decodes documents with it, else UTF-8."""
     codec = _document_codec(_clean_label(encoding)) or _DEFAULT_ENCODING
+    if codec == _DEFAULT_ENCODING:
+        return body
     try:
         return body.decode(codec, "replace")
     except (LookupError, ValueError):
-        # A codec that still fails with errors="replace" on some input; UTF-8 never does.
-        return body.decode(_DEFAULT_ENCODING, "replace")
+        # A codec that still fails with errors="replace" on some input: UTF-8 then.
+        return body

@@ -130,8 +130,7 @@ class LinkResolver:
             return normalize_url(href, self._base)
         if not plain or plain == "?":
             return self._base  # urljoin keeps the base's query for an empty reference
-        if plain.endswith("?") and plain.find("?") == len(plain) - 1:
-            plain = plain[:-1]  # an empty query is dropped, as urlunsplit drops it
+        plain = _without_empty_query(plain)
         first = plain[0]
         if first == "?":
             return self._origin + self._path + plain
@@ -167,9 +166,14 @@ def _plain_absolute(plain: str) -> str | None:
         return plain + "/"
     if rest[0] == "?":
         plain = plain[: match.start(3)] + "/" + rest
-    if plain.endswith("?") and plain.find("?") == len(plain) - 1:
-        return plain[:-1]
-    return plain
+    return _without_empty_query(plain)
+
+
+def _without_empty_query(url: str) -> str:
+    """``url`` without a lone trailing ``?``: urlunsplit drops an empty query."""
+    if url.endswith("?") and url.find("?") == len(url) - 1:
+        return url[:-1]
+    return url
 
 
 def _without_dot_segments(url: str, path_start: int) -> str:

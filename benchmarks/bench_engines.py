@@ -210,6 +210,14 @@ def our_command(
     ]
 
 
+def floor_command(
+    python: str, *, max_tasks: int, output: Path, root: str, fetch_tree: Path | None = None
+) -> list[str]:
+    """``floor.py``'s command line: its minimal crawl, or with ``fetch_tree`` fetch only."""
+    command = [python, str(FLOOR_SCRIPT), root, str(output), "--concurrency", str(max_tasks)]
+    return command if fetch_tree is None else [*command, "--fetch-tree", str(fetch_tree)]
+
+
 def snapshot_environment(package_path: Path) -> dict[str, str]:
     """The environment of our CLI's children: the snapshot first on ``PYTHONPATH``."""
     env = dict(os.environ)
@@ -262,8 +270,9 @@ def tally_jsonl(path: Path) -> Tally:
     return Tally(pages=pages, html_pages=len(html_urls), html_urls=frozenset(html_urls))
 
 
-def tally_scrapy(path: Path) -> Tally:
-    """The JSON that ``scrapy_spider.py`` writes when the spider closes (``floor.py`` too)."""
+def tally_json(path: Path) -> Tally:
+    """The tally JSON that ``scrapy_spider.py`` writes when the spider closes, as
+    ``floor.py`` does when it ends."""
     found = json.loads(path.read_text())
     return Tally(
         pages=found["pages"],
@@ -382,20 +391,23 @@ def run_tool(
         elif tool.kind == "floor":
             assert tool.our is not None
             output = scratch / "tally.json"
-            command = [tool.our.python, str(FLOOR_SCRIPT), root, str(output)]
-            command += ["--concurrency", str(settings.max_tasks)]
-            if tool.engine == "fetch":
-                command += ["--fetch-tree", str(site_directory)]
+            command = floor_command(
+                tool.our.python,
+                max_tasks=settings.max_tasks,
+                output=output,
+                root=root,
+                fetch_tree=site_directory if tool.engine == "fetch" else None,
+            )
             cost = run_measured(
                 command, timeout=CHILD_TIMEOUT, cwd=scratch, env=settings.our_env, stderr=stderr
             )
-            tally = tally_scrapy(output) if output.exists() else _NOTHING
+            tally = tally_json(output) if output.exists() else _NOTHING
         elif tool.kind == "scrapy":
             output = scratch / "tally.json"
             command = [settings.peers_python, str(SCRAPY_SPIDER), root, str(output)]
             command += ["--concurrency", str(settings.max_tasks)]
             cost = run_measured(command, timeout=CHILD_TIMEOUT, cwd=scratch, stderr=stderr)
-            tally = tally_scrapy(output) if output.exists() else _NOTHING
+            tally = tally_json(output) if output.exists() else _NOTHING
         else:
             saved = scratch / "saved"
             command = [settings.wget, "-r", "-l", "inf", "-np", "--no-verbose"]

@@ -46,14 +46,14 @@ if __package__ in (None, ""):
 
 from benchmarks.bench_engines import (
     ENGINES,
-    FLOOR_SCRIPT,
     BenchmarkError,
+    floor_command,
     our_command,
     parse_our_python,
     probe_our_python,
     snapshot_environment,
+    tally_json,
     tally_jsonl,
-    tally_scrapy,
 )
 from benchmarks.measure import (
     ChildCost,
@@ -215,9 +215,10 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
                 output = workdir / "records.jsonl"
                 ideal = ideal_wall_seconds(links, max_tasks=max_tasks, delay=args.delay)
                 if engine == FLOOR:
-                    command = [our.python, str(FLOOR_SCRIPT), root, str(output)]
-                    command += ["--concurrency", str(max_tasks)]
-                    tally = tally_scrapy
+                    command = floor_command(
+                        our.python, max_tasks=max_tasks, output=output, root=root
+                    )
+                    tally = tally_json
                 else:
                     command = our_command(
                         our, engine, max_tasks=max_tasks, output=output, root=root

@@ -42,6 +42,8 @@ from trio_crawler._state import REDIRECT_STATUSES, ROBOTS_DISALLOWED, CrawlState
 from trio_crawler._stats import FetchStatistic
 from trio_crawler._urls import normalize_url
 
+from support import finish
+
 # Generated documents make large examples, and the core test draws many values per example;
 # neither is a sign of a bad strategy here. No deadline: a shared 2-core machine is noisy.
 FUZZ = settings(
@@ -754,7 +756,7 @@ class Driver:
         request = self.outstanding.pop(index)
         if isinstance(outcome, FetchError):
             self.errors_given.add(outcome.error)
-        retry = self.state.attempt_finished(request, outcome, now=self.tick())
+        retry = finish(self.state, request, outcome, now=self.tick())
         if retry is None:
             return
         assert retry.robots == request.robots

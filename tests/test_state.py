@@ -11,6 +11,8 @@ from trio_crawler._events import FetchError, FetchRequest, Response, describe_ex
 from trio_crawler._state import CrawlState, CrawlStatistics
 from trio_crawler._stats import FetchStatistic
 
+from support import finish
+
 ROOT = "http://example.com/"
 
 
@@ -33,7 +35,7 @@ def counts(state: CrawlState) -> CrawlStatistics:
 
 
 def take(state: CrawlState) -> FetchRequest:
-    request = state.next_request()
+    request = state.next_request(now=0.0)
     assert request is not None
     return request
 
@@ -54,11 +56,11 @@ def test_one_page_with_links_then_finished() -> None:
     assert root == FetchRequest(url=ROOT, redirects_left=3, attempt=1, depth=0)
     assert counts(state) == CrawlStatistics(queued=0, in_flight=1, done=0, seen=1, failed=0)
     assert state.in_flight == {ROOT}
-    assert state.next_request() is None  # nothing to do *yet*
+    assert state.next_request(now=0.0) is None  # nothing to do *yet*
     assert not state.finished  # ... but the page in flight may add links
 
     response = html("/b", "/a#frag", "/a", "http://other.org/", "mailto:x@example.com", "/")
-    assert state.attempt_finished(root, response) is None
+    assert finish(state, root, response, now=0.0) is None
     record = FetchStatistic(
         url=ROOT,
         status=200,
@@ -74,12 +76,12 @@ def test_one_page_with_links_then_finished() -> None:
     # Links are queued sorted, with the full redirect budget, one hop deeper.
     assert take(state) == FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
     page_b = take(state)
-    assert state.attempt_finished(page_b, html("/a", "/b")) is None
+    assert finish(state, page_b, html("/a", "/b"), now=0.0) is None
     assert state.done[-1].num_urls == 2
     assert state.done[-1].num_new_urls == 0
     assert not state.finished  # /a is still in flight
     page_a = FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
-    assert state.attempt_finished(page_a, html()) is None
+    assert finish(state, page_a, html(), now=0.0) is None
     assert state.finished
     assert counts(state) == CrawlStatistics(queued=0, in_flight=0, done=3, seen=3, failed=0)
 
@@ -87,21 +89,21 @@ def test_one_page_with_links_then_finished() -> None:
 def test_finishing_a_url_not_in_flight_is_an_engine_bug() -> None:
     state, _ = make_state()
     with pytest.raises(RuntimeError, match="not in flight"):
-        state.attempt_finished(FetchRequest(url=ROOT, redirects_left=10), html())
+        finish(state, FetchRequest(url=ROOT, redirects_left=10), html(), now=0.0)
     request = take(state)
-    state.attempt_finished(request, html())
+    finish(state, request, html(), now=0.0)
     with pytest.raises(RuntimeError, match="finished it twice"):
-        state.attempt_finished(request, html())
+        finish(state, request, html(), now=0.0)
 
 
 def test_redirect_is_recorded_and_its_target_queued_with_one_redirect_fewer() -> None:
     state, _ = make_state(max_redirect=2)
     root = take(state)
-    state.attempt_finished(root, Response(status=301, location="/next#frag"))
+    finish(state, root, Response(status=301, location="/next#frag"), now=0.0)
     assert state.done == [FetchStatistic(url=ROOT, next_url=ROOT + "next", status=301)]
     target = take(state)
     assert target == FetchRequest(url=ROOT + "next", redirects_left=1, depth=0)
-    state.attempt_finished(target, Response(status=308, location="http://www.example.com/x"))
+    finish(state, target, Response(status=308, location="http://www.example.com/x"), now=0.0)
     last = take(state)
     assert last == FetchRequest(url="http://www.example.com/x", redirects_left=0)
     assert state.seen_urls == {ROOT, ROOT + "next", "http://www.example.com/x"}
@@ -110,7 +112,7 @@ def test_redirect_is_recorded_and_its_target_queued_with_one_redirect_fewer() ->
 def test_redirect_limit_reached_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     state, _ = make_state(max_redirect=0)
     with caplog.at_level(logging.WARNING, logger="trio_crawler"):
-        state.attempt_finished(take(state), Response(status=302, location="/elsewhere"))
+        finish(state, take(state), Response(status=302, location="/elsewhere"), now=0.0)
     assert "redirect limit reached" in caplog.text
     assert state.done[0].next_url == ROOT + "elsewhere"
     assert ROOT + "elsewhere" not in state.seen_urls
@@ -128,9 +130,9 @@ def test_redirect_limit_reached_is_logged(caplog: pytest.LogCaptureFixture) -> N
 )
 def test_redirect_targets(location: str, next_url: str, followed: bool) -> None:
     state, _ = make_state()
-    state.attempt_finished(take(state), Response(status=307, location=location))
+    finish(state, take(state), Response(status=307, location=location), now=0.0)
     assert state.done == [FetchStatistic(url=ROOT, next_url=next_url, status=307)]
-    assert (state.next_request() is not None) is followed
+    assert (state.next_request(now=0.0) is not None) is followed
 
 
 @pytest.mark.parametrize("location", [None, "", "http://[::1"])
@@ -138,7 +140,7 @@ def test_redirect_without_usable_location_is_recorded_like_an_error_status(
     location: str | None,
 ) -> None:
     state, _ = make_state()
-    state.attempt_finished(take(state), Response(status=302, location=location, body=b"moved"))
+    finish(state, take(state), Response(status=302, location=location, body=b"moved"), now=0.0)
     assert state.done == [FetchStatistic(url=ROOT, status=302, size=5)]
     assert state.finished
 
@@ -148,14 +150,14 @@ def test_network_errors_are_retried_then_recorded(caplog: pytest.LogCaptureFixtu
     request = take(state)
     failure = FetchError(error="ConnectError: refused", retryable=True)
     with caplog.at_level(logging.INFO, logger="trio_crawler"):
-        retry = state.attempt_finished(request, failure)
+        retry = finish(state, request, failure, now=0.0)
         assert retry == FetchRequest(url=ROOT, redirects_left=10, attempt=2)
         assert state.in_flight == {ROOT}  # a retry stays in flight
         assert written == []
-        retry = state.attempt_finished(retry, failure)
+        retry = finish(state, retry, failure, now=0.0)
         assert retry is not None
         assert retry.attempt == 3
-        assert state.attempt_finished(retry, failure) is None
+        assert finish(state, retry, failure, now=0.0) is None
     assert written == [FetchStatistic(url=ROOT, exception="ConnectError: refused")]
     assert counts(state) == CrawlStatistics(queued=0, in_flight=0, done=1, seen=1, failed=1)
     messages = [record.getMessage() for record in caplog.records]
@@ -170,9 +172,9 @@ def test_network_errors_are_retried_then_recorded(caplog: pytest.LogCaptureFixtu
 
 def test_a_success_on_a_later_try_is_an_ordinary_record() -> None:
     state, _ = make_state(max_tries=4)
-    retry = state.attempt_finished(take(state), FetchError(error="ReadError", retryable=True))
+    retry = finish(state, take(state), FetchError(error="ReadError", retryable=True), now=0.0)
     assert retry is not None
-    assert state.attempt_finished(retry, html()) is None
+    assert finish(state, retry, html(), now=0.0) is None
     assert state.done[0].status == 200
     assert state.done[0].exception is None
 
@@ -185,7 +187,7 @@ def test_errors_a_retry_cannot_fix_are_recorded_at_once() -> None:
         status=200,
         content_type="text/html; charset=ISO-8859-1",
     )
-    assert state.attempt_finished(take(state), failure) is None
+    assert finish(state, take(state), failure, now=0.0) is None
     # A status-200 record has a type and an encoding even when its body was never read.
     assert state.done == [
         FetchStatistic(
@@ -216,7 +218,7 @@ def test_which_pages_are_parsed(
 ) -> None:
     state, _ = make_state()
     body = b'<a href="/link">x</a>'
-    state.attempt_finished(take(state), Response(status=200, content_type=content_type, body=body))
+    finish(state, take(state), Response(status=200, content_type=content_type, body=body), now=0.0)
     [record] = state.done
     assert (record.content_type, record.encoding, record.size) == (media_type, encoding, len(body))
     assert record.num_urls == record.num_new_urls == (1 if parsed else 0)
@@ -225,7 +227,7 @@ def test_which_pages_are_parsed(
 
 def test_error_statuses_have_no_type_encoding_or_links() -> None:
     state, _ = make_state()
-    state.attempt_finished(take(state), html("/a", status=404))
+    finish(state, take(state), html("/a", status=404), now=0.0)
     assert state.done == [FetchStatistic(url=ROOT, status=404, size=state.done[0].size)]
     assert state.done[0].size > 0
     assert state.finished
@@ -234,7 +236,7 @@ def test_error_statuses_have_no_type_encoding_or_links() -> None:
 def test_exclude_and_strictness_apply_to_links() -> None:
     state, _ = make_state(exclude=r"/private", strict=False)
     page = html("/private/x", "/public", "http://sub.example.com/", "http://example.org/")
-    state.attempt_finished(take(state), page)
+    finish(state, take(state), page, now=0.0)
     assert state.seen_urls == {ROOT, ROOT + "public", "http://sub.example.com/"}
 
 
@@ -242,9 +244,9 @@ def test_stop_scheduling_lets_in_flight_urls_finish() -> None:
     state, _ = make_state("a.com", "b.com")
     first = take(state)
     state.stop_scheduling()
-    assert state.next_request() is None
+    assert state.next_request(now=0.0) is None
     assert not state.finished
-    state.attempt_finished(first, html("/more"))
+    finish(state, first, html("/more"), now=0.0)
     assert state.finished
     assert counts(state).todo == 2  # b.com and a.com/more were never fetched
 

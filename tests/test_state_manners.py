@@ -14,10 +14,21 @@ import logging
 import pytest
 
 from trio_crawler._config import MAX_HOST_DELAY, CrawlConfig
-from trio_crawler._events import FetchError, FetchRequest, Response, RobotsRequest
+from trio_crawler._events import (
+    FetchError,
+    FetchRequest,
+    Recorded,
+    Requeued,
+    Response,
+    Retry,
+    RobotsRequest,
+    RobotsSettled,
+)
 from trio_crawler._robots import MAX_ROBOTS_REDIRECTS
 from trio_crawler._state import CrawlState, CrawlStatistics
 from trio_crawler._stats import FetchStatistic
+
+from support import finish
 
 ROOT = "http://example.com/"
 ORIGIN = "http://example.com"
@@ -57,7 +68,7 @@ def open_origin(state: CrawlState, rules: str = "", now: float = 0.0) -> None:
     """Hand out the next robots.txt request and answer it with ``rules``."""
     robots = take(state, now)
     assert robots.robots
-    assert state.attempt_finished(robots, robots_txt(rules), now=now) is None
+    assert finish(state, robots, robots_txt(rules), now=now) is None
 
 
 # -- robots.txt comes first, once per origin --------------------------------------------
@@ -81,17 +92,17 @@ def test_robots_txt_comes_first_and_holds_its_origin() -> None:
     assert state.next_wakeup() is None
     assert not state.finished
 
-    assert state.attempt_finished(robots, robots_txt("User-agent: *\nDisallow: /private\n")) is None
+    assert finish(state, robots, robots_txt("User-agent: *\nDisallow: /private\n"), now=0.0) is None
     assert written == []  # robots.txt is never a record
     assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
 
     root = take(state)
     assert root == FetchRequest(url=ROOT, redirects_left=10, attempt=1, depth=0)
-    assert state.next_request() is None  # /private/x is settled without a request...
+    assert state.next_request(now=0.0) is None  # /private/x is settled without a request...
     assert state.limit_counts == {"robots_disallowed": 1}  # ... counted, not recorded
     assert state.statistics() == stats(queued=0, in_flight=1, done=0, seen=2)
 
-    assert state.attempt_finished(root, html()) is None
+    assert finish(state, root, html(), now=0.0) is None
     assert [stat.url for stat in written] == [ROOT]
     assert state.statistics() == stats(queued=0, in_flight=0, done=1, seen=2)
     assert state.finished
@@ -101,9 +112,9 @@ def test_robots_txt_is_fetched_once_whatever_the_number_of_urls() -> None:
     state, _ = make_state(*(f"{ROOT}p{i}" for i in range(20)))
     robots = take(state)
     # Twenty idle workers asking: none gets robots.txt again, none gets a page yet.
-    assert [state.next_request() for _ in range(20)] == [None] * 20
-    state.attempt_finished(robots, robots_txt(status=404))
-    handed_out = [state.next_request() for _ in range(21)]
+    assert [state.next_request(now=0.0) for _ in range(20)] == [None] * 20
+    finish(state, robots, robots_txt(status=404), now=0.0)
+    handed_out = [state.next_request(now=0.0) for _ in range(21)]
     assert [request.url for request in handed_out[:20] if request is not None] == [
         f"{ROOT}p{i}" for i in range(20)
     ]
@@ -111,7 +122,7 @@ def test_robots_txt_is_fetched_once_whatever_the_number_of_urls() -> None:
     assert not any(request.robots for request in handed_out if request is not None)
     # Links found later on the same origin need no second robots.txt.
     assert handed_out[0] is not None
-    state.attempt_finished(handed_out[0], html("/later"))
+    finish(state, handed_out[0], html("/later"), now=0.0)
     assert take(state).url == ROOT + "later"
 
 
@@ -119,13 +130,13 @@ def test_each_origin_waits_for_its_own_robots_txt_only() -> None:
     state, _ = make_state("http://a.com/", "http://b.com/")
     robots_a, robots_b = take(state), take(state)
     assert (robots_a.url, robots_b.url) == ("http://a.com/robots.txt", "http://b.com/robots.txt")
-    assert state.next_request() is None
+    assert state.next_request(now=0.0) is None
     assert state.statistics() == stats(queued=2, in_flight=2, done=0, seen=2)
 
-    state.attempt_finished(robots_b, robots_txt(status=404))
+    finish(state, robots_b, robots_txt(status=404), now=0.0)
     assert take(state).url == "http://b.com/"  # b goes on while a.com's rules are awaited
-    assert state.next_request() is None
-    state.attempt_finished(robots_a, robots_txt(status=404))
+    assert state.next_request(now=0.0) is None
+    finish(state, robots_a, robots_txt(status=404), now=0.0)
     assert take(state).url == "http://a.com/"
 
 
@@ -144,7 +155,7 @@ def test_each_origin_waits_for_its_own_robots_txt_only() -> None:
 def test_an_origin_is_scheme_host_and_port(roots: list[str], robots_urls: list[str]) -> None:
     state, _ = make_state(*roots)
     handed_out = []
-    while (request := state.next_request()) is not None:
+    while (request := state.next_request(now=0.0)) is not None:
         handed_out.append(request)
     assert all(request.robots for request in handed_out)
     assert [request.url for request in handed_out] == robots_urls
@@ -155,14 +166,14 @@ def test_a_new_origin_found_later_gets_robots_txt_first() -> None:
     # but it is another origin, with a robots.txt of its own.
     state, _ = make_state("http://a.com/")
     open_origin(state)
-    state.attempt_finished(take(state), html("http://a.com:8080/x", "/y"))
+    finish(state, take(state), html("http://a.com:8080/x", "/y"), now=0.0)
     assert take(state).url == "http://a.com/y"
     robots = take(state)
     assert robots == RobotsRequest(
         url="http://a.com:8080/robots.txt", redirects_left=5, origin="http://a.com:8080"
     )
-    assert state.next_request() is None
-    state.attempt_finished(robots, robots_txt(status=404))
+    assert state.next_request(now=0.0) is None
+    finish(state, robots, robots_txt(status=404), now=0.0)
     assert take(state).url == "http://a.com:8080/x"
 
 
@@ -185,13 +196,13 @@ def test_a_new_origin_found_later_gets_robots_txt_first() -> None:
 )
 def test_robots_txt_status_decides_the_rules(outcome: Response, allowed: bool) -> None:
     state, written = make_state(ROOT, ROOT + "a")
-    assert state.attempt_finished(take(state), outcome) is None  # never retried
+    assert finish(state, take(state), outcome, now=0.0) is None  # never retried
     if allowed:
         assert [take(state).url, take(state).url] == [ROOT, ROOT + "a"]
         assert state.limit_counts == {}
     else:
         # Not even the roots: no request, no record, and the crawl is over.
-        assert state.next_request() is None
+        assert state.next_request(now=0.0) is None
         assert state.finished
         assert written == []
         assert state.limit_counts == {"robots_disallowed": 2}
@@ -205,10 +216,10 @@ def test_disallowed_links_are_counted_once_and_never_queued(
     open_origin(state, "User-agent: *\nDisallow: /private\n")
     root = take(state)
     with caplog.at_level(logging.INFO, logger="trio_crawler"):
-        state.attempt_finished(root, html("/private/a", "/public"))
+        finish(state, root, html("/private/a", "/public"), now=0.0)
         public = take(state)
-        state.attempt_finished(public, html("/private/a", "/private/b"))
-    assert state.next_request() is None
+        finish(state, public, html("/private/a", "/private/b"), now=0.0)
+    assert state.next_request(now=0.0) is None
     assert state.finished
     assert [stat.url for stat in written] == [ROOT, ROOT + "public"]
     # Distinct URLs: /private/a, linked twice, counts once (it is seen, so not new again).
@@ -230,15 +241,15 @@ def test_rules_are_matched_on_the_product_token(user_agent: str | None) -> None:
     state, _ = make_state(ROOT, ROOT + "mine", ROOT + "yours", user_agent=user_agent)
     open_origin(state, rules)
     assert [take(state).url, take(state).url] == [ROOT, ROOT + "yours"]
-    assert state.next_request() is None
+    assert state.next_request(now=0.0) is None
     assert state.limit_counts == {"robots_disallowed": 1}
 
 
 def test_redirect_targets_obey_robots_txt() -> None:
     state, _ = make_state()
     open_origin(state, "User-agent: *\nDisallow: /private\n")
-    state.attempt_finished(take(state), Response(status=301, location="/private/moved"))
-    assert state.next_request() is None
+    finish(state, take(state), Response(status=301, location="/private/moved"), now=0.0)
+    assert state.next_request(now=0.0) is None
     assert state.finished
     assert state.limit_counts == {"robots_disallowed": 1}
     assert [stat.next_url for stat in state.done] == [ROOT + "private/moved"]
@@ -246,8 +257,11 @@ def test_redirect_targets_obey_robots_txt() -> None:
 
 def test_robots_txt_redirects_are_followed_for_the_origin() -> None:
     state, written = make_state()
-    request = state.attempt_finished(
-        take(state), Response(status=301, location="http://cdn.example.net/rules.txt")
+    request = finish(
+        state,
+        take(state),
+        Response(status=301, location="http://cdn.example.net/rules.txt"),
+        now=0.0,
     )
     # The target is fetched next, as the same origin's robots.txt, with one redirect fewer.
     assert request == RobotsRequest(
@@ -257,9 +271,9 @@ def test_robots_txt_redirects_are_followed_for_the_origin() -> None:
         origin=ORIGIN,
     )
     assert state.statistics() == stats(queued=1, in_flight=1, done=0, seen=1)
-    assert state.next_request() is None
-    assert state.attempt_finished(request, robots_txt("User-agent: *\nDisallow: /\n")) is None
-    assert state.next_request() is None
+    assert state.next_request(now=0.0) is None
+    assert finish(state, request, robots_txt("User-agent: *\nDisallow: /\n"), now=0.0) is None
+    assert state.next_request(now=0.0) is None
     assert state.limit_counts == {"robots_disallowed": 1}
     assert written == []
     assert state.finished
@@ -271,12 +285,12 @@ def test_robots_txt_redirect_chain_ends_after_five_hops() -> None:
     request: FetchRequest | None = take(state)
     for hop in range(1, MAX_ROBOTS_REDIRECTS + 1):
         assert request is not None
-        request = state.attempt_finished(request, Response(status=301, location=f"/r{hop}"))
+        request = finish(state, request, Response(status=301, location=f"/r{hop}"), now=0.0)
         assert request == RobotsRequest(
             url=f"{ROOT}r{hop}", redirects_left=MAX_ROBOTS_REDIRECTS - hop, origin=ORIGIN
         )
     assert request is not None
-    assert state.attempt_finished(request, Response(status=301, location="/r6")) is None
+    assert finish(state, request, Response(status=301, location="/r6"), now=0.0) is None
     assert take(state).url == ROOT  # unavailable: everything allowed
     assert MAX_ROBOTS_REDIRECTS == 5
 
@@ -290,13 +304,13 @@ def test_robots_txt_network_error_fails_every_url_of_the_origin(
     state, written = make_state(ROOT, ROOT + "a", "http://other.com/", max_tries=3)
     robots, other_robots = take(state), take(state)
     with caplog.at_level(logging.INFO, logger="trio_crawler"):
-        retry = state.attempt_finished(robots, REFUSED)
+        retry = finish(state, robots, REFUSED, now=0.0)
         assert retry == RobotsRequest(url=ROBOTS, redirects_left=5, attempt=2, origin=ORIGIN)
-        retry = state.attempt_finished(retry, REFUSED)
+        retry = finish(state, retry, REFUSED, now=0.0)
         assert retry is not None
         assert retry.attempt == 3
         assert state.statistics() == stats(queued=3, in_flight=2, done=0, seen=3)
-        assert state.attempt_finished(retry, REFUSED) is None
+        assert finish(state, retry, REFUSED, now=0.0) is None
     assert caplog.messages == [
         f"try 1 for {ROBOTS} raised ConnectError: refused",
         f"try 2 for {ROBOTS} raised ConnectError: refused",
@@ -306,7 +320,7 @@ def test_robots_txt_network_error_fails_every_url_of_the_origin(
     assert caplog.records[-1].levelno == logging.WARNING
 
     # The origin's URLs are settled with that error instead of being fetched.
-    assert state.next_request() is None
+    assert state.next_request(now=0.0) is None
     failures = [
         FetchStatistic(url=ROOT, exception="ConnectError: refused"),
         FetchStatistic(url=ROOT + "a", exception="ConnectError: refused"),
@@ -315,9 +329,9 @@ def test_robots_txt_network_error_fails_every_url_of_the_origin(
     assert state.statistics() == stats(queued=1, in_flight=1, done=2, seen=3, failed=2)
 
     # A URL of the dead origin found later fails the same way, without another try.
-    state.attempt_finished(other_robots, robots_txt(status=404))
-    state.attempt_finished(take(state), html(ROOT + "later"))
-    assert state.next_request() is None
+    finish(state, other_robots, robots_txt(status=404), now=0.0)
+    finish(state, take(state), html(ROOT + "later"), now=0.0)
+    assert state.next_request(now=0.0) is None
     assert written[-1] == FetchStatistic(url=ROOT + "later", exception="ConnectError: refused")
     assert state.finished
     assert state.statistics() == stats(queued=0, in_flight=0, done=4, seen=4, failed=3)
@@ -326,8 +340,8 @@ def test_robots_txt_network_error_fails_every_url_of_the_origin(
 def test_robots_txt_error_a_retry_cannot_fix_fails_at_once() -> None:
     state, written = make_state(max_tries=4)
     failure = FetchError(error="UnsupportedProtocol: nope", retryable=False)
-    assert state.attempt_finished(take(state), failure) is None
-    assert state.next_request() is None
+    assert finish(state, take(state), failure, now=0.0) is None
+    assert state.next_request(now=0.0) is None
     assert written == [FetchStatistic(url=ROOT, exception="UnsupportedProtocol: nope")]
 
 
@@ -337,7 +351,7 @@ def test_robots_txt_error_a_retry_cannot_fix_fails_at_once() -> None:
 def test_crawl_delay_spaces_the_origins_requests() -> None:
     state, _ = make_state(ROOT, ROOT + "a", ROOT + "b")
     robots = take(state, now=100.0)
-    state.attempt_finished(robots, robots_txt("User-agent: *\nCrawl-delay: 2\n"), now=100.5)
+    finish(state, robots, robots_txt("User-agent: *\nCrawl-delay: 2\n"), now=100.5)
     # The delay runs from when the rules arrived.
     assert state.next_request(now=100.5) is None
     assert state.next_wakeup() == 102.5
@@ -386,8 +400,8 @@ def test_a_host_waiting_out_its_delay_does_not_hold_back_others() -> None:
     slow, quick = "http://slow.com/", "http://quick.com/"
     state, _ = make_state(slow, slow + "2", quick, quick + "2")
     slow_robots, quick_robots = take(state), take(state)
-    state.attempt_finished(slow_robots, robots_txt("User-agent: *\nCrawl-delay: 5\n"), now=0.0)
-    state.attempt_finished(quick_robots, robots_txt(status=404), now=0.0)
+    finish(state, slow_robots, robots_txt("User-agent: *\nCrawl-delay: 5\n"), now=0.0)
+    finish(state, quick_robots, robots_txt(status=404), now=0.0)
     # slow.com's URLs were found first, but it must wait: quick.com's go now.
     assert [take(state).url, take(state).url] == [quick, quick + "2"]
     assert state.next_request(now=0.0) is None
@@ -401,14 +415,14 @@ def test_a_network_error_retry_waits_for_the_delay() -> None:
     state, written = make_state(obey_robots=False, delay=1.0, max_tries=2)
     request = take(state, now=0.0)
     # With a delay the retry is not returned to the worker: it waits its turn.
-    assert state.attempt_finished(request, REFUSED, now=0.25) is None
+    assert finish(state, request, REFUSED, now=0.25) is None
     assert state.in_flight == frozenset()
     assert state.statistics() == stats(queued=1, in_flight=0, done=0, seen=1)
     assert state.next_request(now=0.25) is None
     assert state.next_wakeup() == 1.0
     retry = take(state, now=1.0)
     assert retry.attempt == 2
-    assert state.attempt_finished(retry, REFUSED, now=1.0) is None
+    assert finish(state, retry, REFUSED, now=1.0) is None
     assert written == [FetchStatistic(url=ROOT, exception="ConnectError: refused")]
 
 
@@ -422,7 +436,7 @@ def test_retry_after_holds_the_whole_origin_then_retries_first(
     root = take(state, now=10.0)
     with caplog.at_level(logging.INFO, logger="trio_crawler"):
         busy = Response(status=503, retry_after=3.0)
-        assert state.attempt_finished(root, busy, now=10.0) is None
+        assert finish(state, root, busy, now=10.0) is None
     assert caplog.messages == [f"try 1 for {ROOT} got 503; retrying after 3 s"]
     assert written == []
     assert state.in_flight == frozenset()
@@ -445,12 +459,12 @@ def test_retry_after_counts_against_max_tries(max_tries: int) -> None:
     request = take(state, now)
     for attempt in range(1, max_tries):
         assert request.attempt == attempt
-        assert state.attempt_finished(request, busy, now=now) is None
+        assert finish(state, request, busy, now=now) is None
         assert written == []
         now += 3.0
         request = take(state, now)
     assert request.attempt == max_tries
-    assert state.attempt_finished(request, busy, now=now) is None
+    assert finish(state, request, busy, now=now) is None
     assert written == [FetchStatistic(url=ROOT, status=429, size=4)]
     assert state.limit_counts.get("retried_after_wait", 0) == max_tries - 1
     assert state.finished
@@ -458,18 +472,18 @@ def test_retry_after_counts_against_max_tries(max_tries: int) -> None:
 
 def test_retry_after_and_network_errors_share_the_tries() -> None:
     state, written = make_state(obey_robots=False, max_tries=3)
-    retry = state.attempt_finished(take(state), REFUSED)
+    retry = finish(state, take(state), REFUSED, now=0.0)
     assert retry is not None
-    assert state.attempt_finished(retry, Response(status=503, retry_after=1.0), now=0.0) is None
+    assert finish(state, retry, Response(status=503, retry_after=1.0), now=0.0) is None
     last = take(state, now=1.0)
     assert last.attempt == 3
-    state.attempt_finished(last, Response(status=503, retry_after=1.0), now=1.0)
+    finish(state, last, Response(status=503, retry_after=1.0), now=1.0)
     assert written == [FetchStatistic(url=ROOT, status=503)]
 
 
 def test_retry_after_is_capped() -> None:
     state, _ = make_state(obey_robots=False)
-    state.attempt_finished(take(state), Response(status=503, retry_after=86400.0), now=5.0)
+    finish(state, take(state), Response(status=503, retry_after=86400.0), now=5.0)
     assert state.next_request(now=5.0) is None
     assert state.next_wakeup() == 5.0 + MAX_HOST_DELAY
 
@@ -477,7 +491,7 @@ def test_retry_after_is_capped() -> None:
 def test_retry_after_never_shortens_a_delay() -> None:
     state, _ = make_state(obey_robots=False, delay=10.0)
     request = take(state, now=0.0)
-    state.attempt_finished(request, Response(status=503, retry_after=1.0), now=0.5)
+    finish(state, request, Response(status=503, retry_after=1.0), now=0.5)
     assert state.next_request(now=1.5) is None
     assert state.next_wakeup() == 10.0
 
@@ -491,7 +505,7 @@ def test_only_429_and_503_with_retry_after_are_retried(
 ) -> None:
     state, written = make_state(obey_robots=False)
     response = Response(status=status, retry_after=retry_after)
-    assert state.attempt_finished(take(state), response, now=0.0) is None
+    assert finish(state, take(state), response, now=0.0) is None
     assert [stat.status for stat in written] == [status]
     assert state.limit_counts == {}
     assert state.finished
@@ -505,30 +519,30 @@ def test_max_per_host_holds_an_origin_not_the_others() -> None:
     state, _ = make_state(a + "1", a + "2", a + "3", b + "1", obey_robots=False, max_per_host=2)
     first, second, other = take(state), take(state), take(state)
     assert [first.url, second.url, other.url] == [a + "1", a + "2", b + "1"]
-    assert state.next_request() is None
+    assert state.next_request(now=0.0) is None
     assert state.next_wakeup() is None  # it waits for a request to end, not for a time
     assert state.statistics() == stats(queued=1, in_flight=3, done=0, seen=4)
-    state.attempt_finished(other, html())
-    assert state.next_request() is None  # b.com ending frees nothing for a.com
-    state.attempt_finished(first, html())
+    finish(state, other, html(), now=0.0)
+    assert state.next_request(now=0.0) is None  # b.com ending frees nothing for a.com
+    finish(state, first, html(), now=0.0)
     assert take(state).url == a + "3"
 
 
 def test_max_per_host_counts_robots_txt_as_the_origins_only_request() -> None:
     state, _ = make_state(ROOT, ROOT + "a", max_per_host=1)
     robots = take(state)
-    assert state.next_request() is None
-    state.attempt_finished(robots, robots_txt(status=404))
+    assert state.next_request(now=0.0) is None
+    finish(state, robots, robots_txt(status=404), now=0.0)
     root = take(state)
-    assert state.next_request() is None
-    state.attempt_finished(root, html())
+    assert state.next_request(now=0.0) is None
+    finish(state, root, html(), now=0.0)
     assert take(state).url == ROOT + "a"
 
 
 def test_a_retry_after_wait_frees_the_host_slot() -> None:
     state, _ = make_state(ROOT, ROOT + "a", obey_robots=False, max_per_host=1)
     root = take(state, now=0.0)
-    state.attempt_finished(root, Response(status=503, retry_after=2.0), now=0.0)
+    finish(state, root, Response(status=503, retry_after=2.0), now=0.0)
     assert state.next_request(now=0.0) is None
     assert take(state, now=2.0).attempt == 2
     assert state.next_request(now=2.0) is None  # the slot is taken again
@@ -538,8 +552,8 @@ def test_urls_go_out_in_the_order_found_across_origins() -> None:
     a, b = "http://a.com/", "http://b.com/"
     state, _ = make_state(a, b, obey_robots=False)
     root_a, root_b = take(state), take(state)
-    state.attempt_finished(root_a, html(b + "from-a", "/x"))
-    state.attempt_finished(root_b, html(a + "from-b", "/y"))
+    finish(state, root_a, html(b + "from-a", "/x"), now=0.0)
+    finish(state, root_b, html(a + "from-b", "/y"), now=0.0)
     # The chapter's FIFO: a's links (sorted) before b's, whatever their origin.
     assert [take(state).url for _ in range(4)] == [a + "x", b + "from-a", a + "from-b", b + "y"]
 
@@ -559,14 +573,14 @@ def test_put_back_returns_requests_to_the_front_unchanged() -> None:
     state.put_back(robots)
     assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
     assert take(state) == robots  # the fetch that never happened is handed out again
-    state.attempt_finished(robots, robots_txt(status=404))
+    finish(state, robots, robots_txt(status=404), now=0.0)
 
     root = take(state)
     state.put_back(root)
     assert state.in_flight == frozenset()
     assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
     assert take(state) == root  # still first, before /a
-    retry = state.attempt_finished(root, REFUSED)
+    retry = finish(state, root, REFUSED, now=0.0)
     assert retry is not None
     state.put_back(retry)
     assert take(state) == retry  # the attempt count is kept
@@ -582,9 +596,9 @@ def test_put_back_of_a_request_not_in_flight_is_an_engine_bug() -> None:
 def test_finishing_robots_txt_twice_is_an_engine_bug() -> None:
     state, _ = make_state()
     robots = take(state)
-    state.attempt_finished(robots, robots_txt(status=404))
+    finish(state, robots, robots_txt(status=404), now=0.0)
     with pytest.raises(RuntimeError, match="is not in flight; an engine finished it twice"):
-        state.attempt_finished(robots, robots_txt(status=404))
+        finish(state, robots, robots_txt(status=404), now=0.0)
 
 
 def test_a_put_back_url_counts_once_toward_max_pages() -> None:
@@ -599,15 +613,15 @@ def test_a_put_back_url_counts_once_toward_max_pages() -> None:
 def test_max_pages_gives_exactly_n_records_and_robots_txt_is_not_one() -> None:
     state, written = make_state(max_pages=3)
     open_origin(state, "User-agent: *\nDisallow: /private\n")
-    state.attempt_finished(take(state), html("/a", "/b", "/c", "/private/x"))
+    finish(state, take(state), html("/a", "/b", "/c", "/private/x"), now=0.0)
     a, b = take(state), take(state)
-    assert state.next_request() is None
+    assert state.next_request(now=0.0) is None
     assert state.limit_reached == "max-pages"
     assert state.scheduling_stopped
     assert state.next_wakeup() is None
     assert not state.finished  # /a and /b are still in flight
-    state.attempt_finished(a, html("/d"))
-    state.attempt_finished(b, html())
+    finish(state, a, html("/d"), now=0.0)
+    finish(state, b, html(), now=0.0)
     assert state.finished
     assert [stat.url for stat in written] == [ROOT, ROOT + "a", ROOT + "b"]
     # /c and /d were never fetched; /private/x is seen but was never queued.
@@ -618,8 +632,8 @@ def test_max_pages_gives_exactly_n_records_and_robots_txt_is_not_one() -> None:
 def test_max_pages_is_not_reached_by_a_smaller_site() -> None:
     state, written = make_state(max_pages=2)
     open_origin(state)
-    state.attempt_finished(take(state), html("/a"))
-    state.attempt_finished(take(state), html())
+    finish(state, take(state), html("/a"), now=0.0)
+    finish(state, take(state), html(), now=0.0)
     assert state.finished
     assert state.limit_reached is None
     assert len(written) == 2
@@ -638,9 +652,9 @@ def test_max_depth(max_depth: int | None, fetched: list[str], beyond: int) -> No
     state, written = make_state(max_depth=max_depth)
     open_origin(state)
     site = {ROOT: html("/a", "/b"), ROOT + "a": html("/a1", "/a2")}
-    while (request := state.next_request()) is not None:
+    while (request := state.next_request(now=0.0)) is not None:
         assert request.depth == len(request.url.removeprefix(ROOT))  # "" 0, "a" 1, "a1" 2
-        state.attempt_finished(request, site.get(request.url, html()))
+        finish(state, request, site.get(request.url, html()), now=0.0)
     assert state.finished
     assert [stat.url for stat in written] == [ROOT + path for path in fetched]
     assert state.limit_counts == ({"beyond_max_depth": beyond} if beyond else {})
@@ -667,3 +681,38 @@ def test_with_a_delay_the_next_request_waits_for_the_last_one_to_start() -> None
     assert state.next_request(now=30.5) is None
     assert state.next_wakeup() == 31.0
     assert take(state, now=31.0).url == ROOT + "a"
+
+
+# -- what attempt_finished answers --------------------------------------------------------
+
+
+def test_attempt_finished_says_which_of_its_outcomes_happened() -> None:
+    state, written = make_state(ROOT, "http://slow.example.com/", max_tries=3, delay=1.0)
+    robots = take(state)
+    assert state.attempt_finished(robots, robots_txt(), now=0.0) == RobotsSettled(ORIGIN)
+    slow_robots = take(state)
+    assert state.attempt_finished(slow_robots, robots_txt(status=404), now=0.0) == (
+        RobotsSettled("http://slow.example.com")
+    )
+    root = take(state, now=1.0)
+    # A host with a delay: the retry goes back to the frontier to wait its turn.
+    retry = FetchRequest(url=ROOT, redirects_left=root.redirects_left, attempt=2)
+    assert state.attempt_finished(root, REFUSED, now=1.0) == Requeued(retry)
+    assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
+    again = take(state, now=2.0)
+    assert again == retry
+    result = state.attempt_finished(again, html(), now=2.0)
+    assert result == Recorded(written[-1])
+    assert written[-1].url == ROOT
+
+
+def test_attempt_finished_retries_at_once_without_a_delay() -> None:
+    state, written = make_state(obey_robots=False, max_tries=2)
+    root = take(state)
+    result = state.attempt_finished(root, REFUSED, now=0.0)
+    assert result == Retry(FetchRequest(url=ROOT, redirects_left=10, attempt=2))
+    assert state.in_flight == {ROOT}  # the retry is still this worker's
+    assert isinstance(result, Retry)
+    final = state.attempt_finished(result.request, REFUSED, now=0.0)
+    assert final == Recorded(FetchStatistic(url=ROOT, exception=REFUSED.error))
+    assert written == [final.record]

@@ -23,7 +23,7 @@ from ._config import (
     ConfigError,
     CrawlConfig,
 )
-from ._events import Exchange, FetchError, describe_exception
+from ._events import Exchange, FetchError, Retry, describe_exception
 from ._fetch import (
     DEFAULT_USER_AGENT,
     check_http_library,
@@ -223,13 +223,15 @@ class CrawlerBase:
 
     async def _crawl_url(self, client: httpx.AsyncClient, request: FetchRequest) -> None:
         """Attempt one URL until the core has its record (retries are the core's call)."""
-        retry: FetchRequest | None = request
-        while retry is not None:
-            self.state.attempt_started(retry, now=self._now())
-            outcome = await self._attempt(client, retry)
+        while True:
+            self.state.attempt_started(request, now=self._now())
+            outcome = await self._attempt(client, request)
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
-            retry = self.state.attempt_finished(retry, outcome, now=self._now())
+            result = self.state.attempt_finished(request, outcome, now=self._now())
+            if not isinstance(result, Retry):
+                return
+            request = result.request
 
     def _fetch(
         self, client: httpx.AsyncClient, request: FetchRequest

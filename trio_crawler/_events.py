@@ -10,7 +10,10 @@ values is what lets four engines with different schedulers share one core.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from ._stats import FetchStatistic
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,3 +149,40 @@ def describe_exception(exc: BaseException) -> str:
         cause = cause.__cause__ or cause.__context__
         message = str(cause) if cause is not None else ""
     return f"{name}: {message}" if message else name
+
+
+# -- what the core answers when an attempt is finished (CrawlState.attempt_finished) -----
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Make another attempt now, on the same worker: a network error with tries left, or a
+    robots.txt redirect. The URL stays in flight."""
+
+    request: FetchRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The URL is done: this is its record (already handed to ``on_record``)."""
+
+    record: FetchStatistic
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """The request went back to the frontier, first in its origin's line, to wait out its
+    host's delay or ``Retry-After``; it will be handed out again."""
+
+    request: FetchRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsSettled:
+    """An origin's robots.txt is decided (rules, or the failure to fetch them); its URLs
+    may go out now."""
+
+    origin: str
+
+
+AttemptResult = Retry | Recorded | Requeued | RobotsSettled

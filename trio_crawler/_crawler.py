@@ -8,6 +8,8 @@ to read side by side and a behaviour fixed once is fixed for all of them.
 
 from __future__ import annotations
 
+import abc
+import enum
 import functools
 import logging
 import ssl
@@ -46,6 +48,15 @@ LOGGER = logging.getLogger("trio_crawler")
 
 FinishReason = Literal["finished", "deadline", "interrupted", "max-pages"]
 
+
+class Phase(enum.Enum):
+    """Where a Crawler is in its one life; the only answer to "has it started?"."""
+
+    NEW = "new"  # made; crawl() not called yet (stop() now makes crawl() end at once)
+    CRAWLING = "crawling"  # inside crawl()
+    ENDED = "ended"  # crawl() has returned or raised; the attributes describe the crawl
+
+
 # How often ``on_progress`` is called: ten times a second is smooth to the eye and costs
 # the crawl nothing measurable (one snapshot of five counters each time).
 PROGRESS_INTERVAL = 0.1
@@ -56,8 +67,14 @@ PROGRESS_INTERVAL = 0.1
 CLEANUP_TIMEOUT = 5.0
 
 
-class CrawlerBase:
+class CrawlerBase(abc.ABC):
     """The chapter's ``Crawler`` minus its scheduling; see an engine's ``Crawler``.
+
+    An engine provides four things: ``crawl()`` (its scheduling), ``_cut_short(grace)``
+    (what :meth:`stop` does to a running crawl), ``_attempt()`` (one fetch under its own
+    cancel scope) and ``_now()`` (its clock). Everything else is here, made in
+    ``__init__``, so that what a crawl is (its options, state, records, lifecycle and
+    HTTP clients) is written once.
 
     Args:
         roots: Start URLs. A root without ``://`` gets ``http://``; repeats are dropped.
@@ -153,11 +170,9 @@ class CrawlerBase:
         self.finish_reason: FinishReason | None = None
         self.elapsed = 0.0
         self._client = client
-        self._started = False
-        self._prepare()
-
-    def _prepare(self) -> None:
-        """Make the engine's own primitives; runs at the end of ``__init__``."""
+        self._phase = Phase.NEW
+        # Whether stop() was called: the one answer to that question, whatever the phase.
+        self._stopping = False
 
     # The chapter's attribute names, read from the core so they survive the crawl.
     @property
@@ -199,8 +214,16 @@ class CrawlerBase:
         the crawl's event loop, before or during ``crawl()``, which then returns with
         ``finish_reason == "interrupted"``.
         """
-        raise NotImplementedError
+        if self.finish_reason is None:
+            self.finish_reason = "interrupted"
+        self._stopping = True
+        self.state.stop_scheduling()
+        if self._phase is Phase.CRAWLING:
+            self._cut_short(grace)
 
+    # -- what each engine provides ---------------------------------------------------------
+
+    @abc.abstractmethod
     async def crawl(self) -> None:
         """Run the crawl until nothing is left to fetch, the deadline, or :meth:`stop`.
 
@@ -211,15 +234,20 @@ class CrawlerBase:
             RuntimeError: If this Crawler has crawled before.
             ExceptionGroup: Only for a bug in the crawler; failures of the web are records.
         """
-        raise NotImplementedError
 
+    @abc.abstractmethod
+    def _cut_short(self, grace: float) -> None:
+        """:meth:`stop` during ``crawl()``: cancel the crawl now, or in ``grace`` seconds."""
+
+    @abc.abstractmethod
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
         """One attempt bounded by the engine's cancel scope; raises only cancellation."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _now(self) -> float:
         """The engine's clock, which the core takes as an input for per-host delays."""
-        raise NotImplementedError
+
+    # -- what the engines share ----------------------------------------------------------
 
     async def _crawl_url(self, client: httpx.AsyncClient, request: FetchRequest) -> None:
         """Attempt one URL until the core has its record (retries are the core's call)."""
@@ -247,14 +275,25 @@ class CrawlerBase:
             user_agent=self._user_agent if client is self._client else None,
         )
 
-    def _start(self) -> None:
-        if self._started:
+    def _begin(self) -> float:
+        """Enter ``crawl()``: check that this Crawler has not crawled; return the start time."""
+        if self._phase is not Phase.NEW:
             raise RuntimeError("a Crawler crawls once; make a new Crawler for another crawl")
-        self._started = True
+        self._phase = Phase.CRAWLING
+        return self._now()
 
-    def _finish(self, *, deadline_passed: bool) -> None:
-        """Settle ``finish_reason`` once a crawl returns normally."""
-        if self.finish_reason is None:
+    def _end(self, start: float, *, deadline_passed: bool | None) -> None:
+        """Leave ``crawl()``: settle ``finish_reason`` and ``elapsed``.
+
+        ``deadline_passed`` is None when the crawl raised (a bug, or a cancellation from
+        outside), which makes it "interrupted"; otherwise the reason is the deadline, the
+        page budget, or a crawl that ran out of work (unless :meth:`stop` came first).
+        """
+        self._phase = Phase.ENDED
+        self.elapsed = self._now() - start
+        if deadline_passed is None:
+            self.finish_reason = "interrupted"
+        elif self.finish_reason is None:
             if deadline_passed:
                 self.finish_reason = "deadline"
             elif self.state.limit_reached == "max-pages":

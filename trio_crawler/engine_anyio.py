@@ -36,7 +36,8 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterable
+    from typing import Any
 
     import httpx
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -51,39 +52,31 @@ class Crawler(CrawlerBase):
     :class:`~trio_crawler.ConfigError` for an unusable one.
     """
 
-    def _prepare(self) -> None:
-        # AnyIO's scopes and events need a running loop: made in crawl().
+    def __init__(self, roots: Iterable[str], **options: Any) -> None:
+        super().__init__(roots, **options)
+        # AnyIO's scopes and events need a running event loop: crawl() makes them.
         self._crawl_scope: anyio.CancelScope | None = None
+        self._progress: anyio.Event | None = None
         self._progress_scope: anyio.CancelScope | None = None
-        self._stopping = False
 
     def _now(self) -> float:
         return anyio.current_time()
 
-    def stop(self, grace: float = 0.0) -> None:
-        """Stop scheduling; cancel the crawl's scope now or after ``grace`` seconds.
-
-        See :meth:`CrawlerBase.stop`; as the Trio engine's, the grace period is the crawl
-        scope's deadline moved closer.
-        """
-        if self.finish_reason is None:
-            self.finish_reason = "interrupted"
-        self._stopping = True
-        self.state.stop_scheduling()
-        if self._crawl_scope is None:
-            return  # before crawl(), which will see _stopping and not start
+    def _cut_short(self, grace: float) -> None:
+        """Cancel the crawl's scope now, or move its deadline to ``grace`` seconds from now,
+        as the Trio engine does."""
+        assert self._crawl_scope is not None
         if grace > 0:
             self._crawl_scope.deadline = min(
                 self._crawl_scope.deadline, anyio.current_time() + grace
             )
-            self._progress.set()  # the dispatcher may be waiting for work that won't come
+            self._wake_dispatcher()  # it may be waiting for work that won't come
         else:
             self._crawl_scope.cancel("crawl interrupted")
 
     async def crawl(self) -> None:
         """A task group of workers fed by a dispatcher (see :meth:`CrawlerBase.crawl`)."""
-        self._start()
-        start = anyio.current_time()
+        start = self._begin()
         self._crawl_scope = anyio.CancelScope()
         self._progress_scope = anyio.CancelScope()
         self._progress = anyio.Event()
@@ -91,6 +84,7 @@ class Crawler(CrawlerBase):
             self._crawl_scope.deadline = start + self.config.max_time
         if self._stopping:  # stop() came before crawl()
             self._crawl_scope.cancel("crawl interrupted")
+        deadline_passed = None
         try:
             with self._crawl_scope:
                 async with anyio.create_task_group() as task_group:
@@ -103,12 +97,9 @@ class Crawler(CrawlerBase):
                     if self._on_progress is not None:
                         task_group.start_soon(self._report_progress)
                     task_group.start_soon(self._dispatch, request_sender)
-            self._finish(deadline_passed=self._crawl_scope.cancelled_caught)
-        except BaseException:
-            self.finish_reason = "interrupted"
-            raise
+            deadline_passed = self._crawl_scope.cancelled_caught
         finally:
-            self.elapsed = anyio.current_time() - start
+            self._end(start, deadline_passed=deadline_passed)
 
     async def _dispatch(self, request_sender: MemoryObjectSendStream[FetchRequest]) -> None:
         """Hand queued requests to idle workers until the core says the crawl is done."""
@@ -125,6 +116,7 @@ class Crawler(CrawlerBase):
                 # Event is made right after the old one fires, with no checkpoint in
                 # between, so no wake-up is lost.
                 wakeup = self.state.next_wakeup()
+                assert self._progress is not None
                 with anyio.CancelScope(deadline=math.inf if wakeup is None else wakeup):
                     await self._progress.wait()
                 self._progress = anyio.Event()
@@ -140,7 +132,12 @@ class Crawler(CrawlerBase):
                     self.state.put_back(request)
                 else:
                     await self._crawl_url(client, request)
-                self._progress.set()
+                self._wake_dispatcher()
+
+    def _wake_dispatcher(self) -> None:
+        """A URL is finished (or went back): the dispatcher may have work, or be done."""
+        if self._progress is not None:
+            self._progress.set()
 
     async def _report_progress(self) -> None:
         """Call ``on_progress`` every interval: one more task beside the workers.

@@ -30,7 +30,7 @@ Where it departs from the chapter, the code says so:
 - An exception a worker died of is raised from ``crawl()`` (as an ExceptionGroup, like the
   other engines) instead of being lost with the task.
 
-docs/cancellation.md and tests/test_cancellation_semantics.py show what asyncio does when
+docs/cancellation.md and the tests in tests/cancellation/ show what asyncio does when
 each of these is left out, and how Trio's nurseries and cancel scopes make them moot.
 """
 
@@ -43,6 +43,9 @@ from typing import TYPE_CHECKING
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
     import httpx
 
     from ._events import FetchRequest, Outcome
@@ -57,25 +60,28 @@ class Crawler(CrawlerBase):
     :class:`~trio_crawler.ConfigError` for an unusable one.
     """
 
-    def _prepare(self) -> None:
+    def __init__(self, roots: Iterable[str], **options: Any) -> None:
+        super().__init__(roots, **options)
+        # Unbounded, as in the chapter: workers put the links they find, and a bounded
+        # queue would deadlock once every worker blocked in put(). Memory is bounded by
+        # the site, as the Trio engine's frontier is. (An asyncio.Queue binds to the loop
+        # only when first awaited, so it can be made here.)
+        self._queue: asyncio.Queue[FetchRequest] = asyncio.Queue()
+        # Set by stop(): ends the wait for join(). Futures need the running loop.
         self._stopped: asyncio.Future[None] | None = None
         self._deadline: asyncio.Timeout | None = None
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
 
-    def stop(self, grace: float = 0.0) -> None:
-        """Stop scheduling; end the wait for the workers now or after ``grace`` seconds.
+    def _cut_short(self, grace: float) -> None:
+        """End the wait for the workers now, or after ``grace`` seconds.
 
-        See :meth:`CrawlerBase.stop`. The URLs already moved into the queue go back to the
-        core, so only the requests being fetched remain for ``join()`` to wait for; the
-        grace period moves the crawl's ``asyncio.timeout()`` closer.
+        The URLs already moved into the queue go back to the core, so only the requests
+        being fetched remain for ``join()`` to wait for; the grace period moves the crawl's
+        ``asyncio.timeout()`` closer.
         """
-        if self.finish_reason is None:
-            self.finish_reason = "interrupted"
-        self.state.stop_scheduling()
-        if self._stopped is None:
-            return  # before crawl(), which checks finish_reason
+        assert self._stopped is not None
         while not self._queue.empty():
             self.state.put_back(self._queue.get_nowait())
             self._queue.task_done()
@@ -88,37 +94,29 @@ class Crawler(CrawlerBase):
 
     async def crawl(self) -> None:
         """Workers on a queue until ``join()`` (see :meth:`CrawlerBase.crawl`)."""
-        self._start()
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        # Unbounded, as in the chapter: workers put the links they find, and a bounded
-        # queue would deadlock once every worker blocked in put(). Memory is bounded by
-        # the site, as the Trio engine's frontier is.
-        self._queue: asyncio.Queue[FetchRequest] = asyncio.Queue()
-        self._stopped = loop.create_future()
-        if self.finish_reason == "interrupted":  # stop() came before crawl()
+        start = self._begin()
+        self._stopped = asyncio.get_running_loop().create_future()
+        if self._stopping:  # stop() came before crawl()
             self._stopped.set_result(None)
         workers = [asyncio.create_task(self._work()) for _ in range(self.config.max_tasks)]
         if self._on_progress is not None:
             workers.append(asyncio.create_task(self._report_progress()))
+        deadline_passed = None
         try:
             try:
                 async with asyncio.timeout(self.config.max_time) as self._deadline:
                     await self._join()
             except TimeoutError:
-                self._finish(deadline_passed=True)
+                deadline_passed = True
             else:
-                self._finish(deadline_passed=False)
-        except BaseException:
-            self.finish_reason = "interrupted"
-            raise
+                deadline_passed = False
         finally:
             # The chapter: ``for w in workers: w.cancel()`` after join(), not in finally,
             # and never awaited.
             for worker in workers:
                 worker.cancel()
             outcomes = await asyncio.gather(*workers, return_exceptions=True)
-            self.elapsed = loop.time() - start
+            self._end(start, deadline_passed=deadline_passed)
         bugs = [
             outcome
             for outcome in outcomes

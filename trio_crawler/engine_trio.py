@@ -63,7 +63,8 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterable
+    from typing import Any
 
     import httpx
 
@@ -77,29 +78,23 @@ class Crawler(CrawlerBase):
     :class:`~trio_crawler.ConfigError` for an unusable one.
     """
 
-    def _prepare(self) -> None:
-        # Both can be made outside a Trio run, so stop() works before crawl() starts.
+    def __init__(self, roots: Iterable[str], **options: Any) -> None:
+        super().__init__(roots, **options)
+        # Trio's primitives can be made outside a run, so they are made here, once.
         self._crawl_scope = trio.CancelScope()
         self._progress = trio.Event()
         self._progress_scope = trio.CancelScope()
-        self._running = False
-        self._stopping = False
 
     def _now(self) -> float:
         return trio.current_time()
 
-    def stop(self, grace: float = 0.0) -> None:
-        """Stop scheduling; cancel the crawl's scope now or after ``grace`` seconds.
+    def _cut_short(self, grace: float) -> None:
+        """Cancel the crawl's scope now, or move its deadline to ``grace`` seconds from now.
 
-        See :meth:`CrawlerBase.stop`. The grace period is the crawl scope's deadline moved
-        closer: in-flight requests that finish by then end the crawl as usual (the core is
-        finished once nothing is in flight), and the deadline cancels the rest.
+        In-flight requests that finish within the grace period end the crawl as usual (the
+        core is finished once nothing is in flight), and the deadline cancels the rest.
         """
-        if self.finish_reason is None:
-            self.finish_reason = "interrupted"
-        self._stopping = True
-        self.state.stop_scheduling()
-        if grace > 0 and self._running:
+        if grace > 0:
             self._crawl_scope.deadline = min(
                 self._crawl_scope.deadline, trio.current_time() + grace
             )
@@ -109,11 +104,12 @@ class Crawler(CrawlerBase):
 
     async def crawl(self) -> None:
         """A nursery of workers fed by a dispatcher (see :meth:`CrawlerBase.crawl`)."""
-        self._start()
-        start = trio.current_time()
+        start = self._begin()
         if self.config.max_time is not None:
             self._crawl_scope.deadline = start + self.config.max_time
-        self._running = True
+        if self._stopping:  # stop() came before crawl()
+            self._crawl_scope.cancel("crawl interrupted")
+        deadline_passed = None
         try:
             with self._crawl_scope:
                 async with trio.open_nursery() as nursery:
@@ -124,13 +120,9 @@ class Crawler(CrawlerBase):
                     if self._on_progress is not None:
                         nursery.start_soon(self._report_progress)
                     nursery.start_soon(self._dispatch, request_sender)
-            self._finish(deadline_passed=self._crawl_scope.cancelled_caught)
-        except BaseException:
-            self.finish_reason = "interrupted"
-            raise
+            deadline_passed = self._crawl_scope.cancelled_caught
         finally:
-            self._running = False
-            self.elapsed = trio.current_time() - start
+            self._end(start, deadline_passed=deadline_passed)
 
     async def _dispatch(self, request_sender: trio.MemorySendChannel[FetchRequest]) -> None:
         """Hand queued requests to idle workers until the core says the crawl is done."""

@@ -20,12 +20,13 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from conftest import CONTRACT_KEYS
 
 from trio_crawler import ConfigError, Crawler
 from trio_crawler._cli import ENGINES, HEAP_TOP_PAD, parse_args
 from trio_crawler._demo import build_demo_site
 
+from conftest import CONTRACT_KEYS
+from demo_expectations import expected_urls
 from httpserver import Reply, Request, open_test_server
 
 HANG_LIMIT = 60  # real seconds; generous for a loaded CI machine
@@ -242,7 +243,7 @@ async def test_demo_crawls_the_whole_bundled_site(tmp_path: Path, engine: str) -
     assert result.returncode == 0, result.stderr
     records = read_records(output)
     root = str(records[0]["url"])
-    assert {record["url"] for record in records} == build_demo_site().expected_urls(root)
+    assert {record["url"] for record in records} == expected_urls(build_demo_site(), root)
     report = result.stdout.decode().splitlines()
     assert report[-1] == "Finish reason: finished"
     assert f"Done: {len(records)}" in report

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import CONTRACT_KEYS
 from warcio.archiveiterator import ArchiveIterator
 
 from trio_crawler._cli import ENGINES
 
+from conftest import CONTRACT_KEYS
 from httpserver import DropConnection, Reply, Request, open_test_server
 
 HANG_LIMIT = 60  # real seconds; generous for a loaded CI machine

@@ -2,9 +2,10 @@
 
 The first half needs no event loop: it walks ``build_demo_site().pages`` the way a correct
 crawler would (its own small link extractor, independent of ``trio_crawler._links``) and
-checks that the walk reaches exactly :meth:`DemoSite.expected_urls`, and that each feature the
-demo advertises is really there. The second half starts :func:`serve_demo` on 127.0.0.1 in the
-test's own nursery or task group, on Trio and on asyncio, and talks to it with httpx.
+checks that the walk reaches exactly what ``demo_expectations.expected_urls`` says, and that
+each feature the demo advertises is really there. The second half starts :func:`serve_demo`
+on 127.0.0.1 in the test's own nursery or task group, on Trio and on asyncio, and talks to
+it with httpx.
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ from trio_crawler._demo import (
     build_demo_site,
     demo_app,
     serve_demo,
+)
+
+from demo_expectations import (
+    error_paths,
+    expected_statuses,
+    expected_urls,
+    failing_paths,
+    file_paths,
+    html_paths,
+    is_redirect,
+    media_type,
+    redirect_paths,
 )
 
 ROOT = "http://demo.test/"
@@ -101,9 +114,9 @@ def walk(site: DemoSite, root: str = ROOT) -> dict[str, DemoPage]:
         if url in found:
             continue
         page = found[url] = page_for(site, url)
-        if page.is_redirect:
+        if is_redirect(page):
             targets = [urljoin(url, page.header("location") or "")]
-        elif page.status == 200 and page.media_type in PARSED_TYPES and not page.is_truncated:
+        elif page.status == 200 and media_type(page) in PARSED_TYPES and not page.is_truncated:
             targets = links_of(page, url)
         else:
             targets = []
@@ -132,33 +145,33 @@ def test_build_is_deterministic() -> None:
 
 def test_walk_reaches_exactly_the_expected_urls(site: DemoSite) -> None:
     found = walk(site)
-    assert set(found) == site.expected_urls(ROOT)
-    expected_statuses = site.expected_statuses(ROOT)
+    assert set(found) == expected_urls(site, ROOT)
+    statuses = expected_statuses(site, ROOT)
     for url, page in found.items():
         status = None if page.is_truncated else page.status
-        assert expected_statuses[url] == status, url
+        assert statuses[url] == status, url
 
 
 def test_every_html_page_is_reachable_and_sized_like_a_page(site: DemoSite) -> None:
     found = walk(site)
-    assert {ROOT.rstrip("/") + path for path in site.html_paths} <= set(found)
-    assert len(site.html_paths) >= 300
-    for path in site.html_paths:
+    assert {ROOT.rstrip("/") + path for path in html_paths(site)} <= set(found)
+    assert len(html_paths(site)) >= 300
+    for path in html_paths(site):
         size = len(decoded_body(site.pages[path]))
         assert 1024 <= size <= 10 * 1024, (path, size)
 
 
 def test_counts(site: DemoSite) -> None:
-    assert len(site.html_paths) == 312
-    assert len(site.redirect_paths) == 8
-    assert site.error_paths == {"/missing.html", "/redirect/nowhere"}
-    assert site.failing_paths == {"/broken/truncated.html"}
-    assert len(site.file_paths) == 4
-    assert len(site.expected_urls(ROOT)) == 327
+    assert len(html_paths(site)) == 312
+    assert len(redirect_paths(site)) == 8
+    assert error_paths(site) == {"/missing.html", "/redirect/nowhere"}
+    assert failing_paths(site) == {"/broken/truncated.html"}
+    assert len(file_paths(site)) == 4
+    assert len(expected_urls(site, ROOT)) == 327
 
 
 def test_expected_urls_use_the_roots_origin_only(site: DemoSite) -> None:
-    urls = site.expected_urls("http://127.0.0.1:54321/some/where?x=1")
+    urls = expected_urls(site, "http://127.0.0.1:54321/some/where?x=1")
     assert "http://127.0.0.1:54321/" in urls
     assert "http://127.0.0.1:54321/intl/caf%C3%A9.html" in urls
     assert all(url.startswith("http://127.0.0.1:54321/") for url in urls)
@@ -167,13 +180,13 @@ def test_expected_urls_use_the_roots_origin_only(site: DemoSite) -> None:
 
 def test_redirect_chain(site: DemoSite) -> None:
     url, statuses, locations = ROOT + "redirect/start", [], []
-    while (page := page_for(site, url)).is_redirect:
+    while is_redirect(page := page_for(site, url)):
         location = page.header("location") or ""
         statuses.append(page.status)
         locations.append(location)
         url = normalise(urljoin(url, location)) or ""
     assert page.status == 200
-    assert page.media_type == "text/html"
+    assert media_type(page) == "text/html"
     assert url == ROOT + "redirect/landing.html"
     assert len(statuses) >= 3
     assert set(statuses) == {301, 302, 303, 307, 308}
@@ -192,18 +205,18 @@ def test_two_redirects_share_one_target(site: DemoSite) -> None:
 
 def test_offsite_redirect_and_redirect_without_location(site: DemoSite) -> None:
     assert site.pages["/redirect/offsite"].header("location") == "https://www.python.org/"
-    assert "https://www.python.org/" not in site.expected_urls(ROOT)
+    assert "https://www.python.org/" not in expected_urls(site, ROOT)
     nowhere = site.pages["/redirect/nowhere"]
     assert nowhere.status == 302
     assert nowhere.header("location") is None
-    assert not nowhere.is_redirect
+    assert not is_redirect(nowhere)
 
 
 def test_missing_page_is_linked_and_answers_404(site: DemoSite) -> None:
     assert ROOT + "missing.html" in features_links(site)
     assert "/missing.html" not in site.pages
     assert site.lookup("/missing.html") is NOT_FOUND
-    assert NOT_FOUND.media_type == "text/html"
+    assert media_type(NOT_FOUND) == "text/html"
     assert 0 < len(NOT_FOUND.body) < 1024
 
 
@@ -212,7 +225,7 @@ def test_no_robots_txt(site: DemoSite) -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "media_type"),
+    ("path", "expected_type"),
     [
         ("/files/data.csv", "text/csv"),
         ("/files/readme.txt", "text/plain"),
@@ -220,19 +233,19 @@ def test_no_robots_txt(site: DemoSite) -> None:
         ("/static/style.css", "text/css"),
     ],
 )
-def test_non_html_files(site: DemoSite, path: str, media_type: str) -> None:
+def test_non_html_files(site: DemoSite, path: str, expected_type: str) -> None:
     page = site.pages[path]
     assert page.status == 200
-    assert page.media_type == media_type
-    assert path in site.file_paths
-    if media_type == "image/png":
+    assert media_type(page) == expected_type
+    assert path in file_paths(site)
+    if expected_type == "image/png":
         assert page.body.startswith(b"\x89PNG\r\n\x1a\n")
         assert page.body.endswith(b"IEND\xaeB`\x82")
 
 
 def test_markup_in_a_text_file_is_not_followed(site: DemoSite) -> None:
     assert b'href="/files/never-fetched.html"' in site.pages["/files/readme.txt"].body
-    assert ROOT + "files/never-fetched.html" not in site.expected_urls(ROOT)
+    assert ROOT + "files/never-fetched.html" not in expected_urls(site, ROOT)
 
 
 def test_links_that_are_never_fetched(site: DemoSite) -> None:
@@ -244,7 +257,7 @@ def test_links_that_are_never_fetched(site: DemoSite) -> None:
         "javascript:void(0)",
     ):
         assert link in links
-        assert link not in site.expected_urls(ROOT)
+        assert link not in expected_urls(site, ROOT)
 
 
 def test_fragments(site: DemoSite) -> None:

@@ -18,11 +18,11 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import Engine
 
 from trio_crawler import FetchStatistic
 from trio_crawler._crawler import CrawlerBase
 
+from conftest import Engine
 from httpserver import Reply, Request, open_test_server
 
 pytestmark = pytest.mark.anyio

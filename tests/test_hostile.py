@@ -33,11 +33,11 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import anyio.abc
 import pytest
-from conftest import Engine
 
 from trio_crawler import FetchStatistic
 from trio_crawler._crawler import CrawlerBase
 
+from conftest import Engine
 from hostile_server import (
     Behaviour,
     HostileServer,

@@ -29,7 +29,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import Engine
 
 import trio_crawler._state as state_module
 from trio_crawler import FetchStatistic, __version__
@@ -37,6 +36,7 @@ from trio_crawler._config import MAX_HOST_DELAY
 from trio_crawler._crawler import CrawlerBase
 from trio_crawler._fetch import ROBOTS_MAX_SIZE
 
+from conftest import Engine
 from httpserver import Handler, Reply, Request, TestServer, open_test_server
 
 pytestmark = pytest.mark.anyio

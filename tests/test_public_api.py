@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONTRACT_KEYS
 
 import trio_crawler
+
+from conftest import CONTRACT_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 

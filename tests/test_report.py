@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from conftest import CONTRACT_KEYS
-
 from trio_crawler import FetchStatistic
 from trio_crawler._report import format_report
+
+from conftest import CONTRACT_KEYS
 
 RECORDS = [
     FetchStatistic(

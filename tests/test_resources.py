@@ -61,10 +61,10 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 import pytest
-from conftest import Engine
 
 from trio_crawler import FetchStatistic
 
+from conftest import Engine
 from httpserver import DropConnection, Reply, Request, TestServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_time]

@@ -51,10 +51,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import CONTRACT_KEYS
 
 from trio_crawler._cli import ENGINES
 
+from conftest import CONTRACT_KEYS
 from httpserver import DropConnection, Handler, Reply, Request, open_test_server
 
 HANG_LIMIT = 60  # real seconds; generous for a loaded machine

@@ -21,8 +21,8 @@ import anyio
 import httpx
 import pytest
 import trustme
-from conftest import Engine
 
+from conftest import Engine
 from httpserver import Reply, open_test_server
 
 pytestmark = pytest.mark.anyio

@@ -30,9 +30,9 @@ from urllib.parse import urljoin
 import anyio
 import httpx
 import trio
-from conftest import AUTOJUMP_THRESHOLD
 from trio.testing import MockClock
 
+from conftest import AUTOJUMP_THRESHOLD
 from httpserver import Reply, Request
 
 # Real seconds (virtual on Trio's clock) before an unexpected hang fails a test. Generous:

@@ -170,7 +170,7 @@ def test_readme_shows_the_crawler_signature() -> None:
 def test_crawler_docs_list_every_option() -> None:
     doc = inspect.getdoc(trio_crawler.Crawler.__init__) or ""
     for f, _ in declared_options(CrawlOptions):
-        assert re.search(rf"^{f.name}: \S", doc, re.MULTILINE), f.name
+        assert re.search(rf"^    {f.name}: \S", doc, re.MULTILINE), f.name
 
 
 def test_a_misspelt_option_is_a_type_error_naming_the_crawler() -> None:

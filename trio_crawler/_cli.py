@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from ._progress import ProgressDisplay
     from ._warc import WarcWriter
 
+# main is the console entry point; ENGINES and parse_args are _cli_args', named here too
+# for code that reads them from the command's module.
 __all__ = ["ENGINES", "HEAP_TOP_PAD", "main", "parse_args"]
 
 LOGGER = logging.getLogger("trio_crawler")

@@ -490,7 +490,8 @@ def takes_options(function: _Function) -> _Function:
         if spec.off_help:
             text = f"{text}; if False, {spec.off_help}"
         shown = "" if f.default is None else f" (default {f.default!r})"
-        lines.append(textwrap.fill(f"{f.name}: {text}{shown}.", 88, subsequent_indent="    "))
+        entry = f"{f.name}: {text}{shown}."
+        lines.append(textwrap.fill(entry, 88, initial_indent="    ", subsequent_indent="        "))
     function.__doc__ = "\n".join(lines).strip()
     return function
 

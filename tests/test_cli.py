@@ -22,7 +22,8 @@ import pytest
 import trio
 
 from trio_crawler import ConfigError, Crawler
-from trio_crawler._cli import ENGINES, HEAP_TOP_PAD, parse_args
+from trio_crawler._cli import ENGINES, HEAP_TOP_PAD
+from trio_crawler._cli_args import parse_args
 from trio_crawler._demo import build_demo_site
 
 from conftest import CONTRACT_KEYS
@@ -311,7 +312,7 @@ def test_help_and_version() -> None:
 def test_options_and_chapter_aliases(argv: list[str], expected: dict[str, object]) -> None:
     options = parse_args(argv)
     assert options.roots == ("x.com",)
-    assert {key: options.crawler_options[key] for key in expected} == expected
+    assert {key: getattr(options.crawl, key) for key in expected} == expected
 
 
 # In a fresh process: allocate and free 12.5 MiB of heap blocks, then ask glibc how much

@@ -1,28 +1,51 @@
-"""CrawlConfig: the options of one crawl, validated once, shared by every engine and the CLI.
+"""Every option of a crawl, declared once, and the checked config made from them.
 
-Every engine's ``Crawler`` takes the same keyword arguments and turns them into a
-CrawlConfig, so a bad value fails the same way everywhere and before any request is made.
-A :class:`ConfigError` names the offending option by its Python name; the CLI re-spells it as
-the command-line flag (``max_tasks`` -> ``--max-tasks``) so both audiences read their own name.
+An option is one field of :class:`CrawlOptions`: its name, type and default are the field's,
+and an :class:`Option` in the field's metadata (made by :func:`option`) holds the rest: its
+help text, the check its value must pass, and how the command line spells it. Everything
+else is derived from those fields, so adding an option is one declaration (plus its test and
+its README row):
+
+* validation: :class:`CrawlOptions` checks each value when it is made and raises
+  :class:`ConfigError` naming the option by its Python name; :class:`CrawlConfig` is the
+  options plus the roots they apply to, and is what the core reads;
+* the ``Crawler`` keyword arguments: ``CrawlerBase.__init__`` takes ``**options`` and
+  :func:`takes_options` gives it the signature and documentation listing every option;
+* the command line: ``_cli_args.build_parser`` makes a flag of every option, and re-spells a
+  ConfigError with the flag (``max_tasks`` -> ``--max-tasks``), so each audience reads its
+  own name. The command line's own options (``--demo``, ``--grace``...) are declared the same
+  way there.
+
+Static typing: a TypedDict is the only way to tell a type checker which keyword arguments
+``**options`` takes (``Unpack[CrawlKeywords]``), and no checker can derive one from a
+dataclass. So :class:`CrawlKeywords` spells each option's name and type a second time. We
+keep it rather than take ``**options: Any``, because with it ``mypy --strict`` catches a
+misspelt option or a wrong type in the caller's code, as it did when the options were
+spelt out in the signature; ``tests/test_config.py`` fails if it and the declarations ever
+disagree, so it cannot drift silently.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import textwrap
+from collections.abc import Callable, Iterable
+from dataclasses import Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar, cast
 
 from ._urls import Scope, normalize_root
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from typing import Unpack
 
 # The chapter's defaults (crawl.py), except max_tasks, which the chapter's Crawler class also
 # defaults to 10 while its command line defaults to 100; the CLI keeps that split.
 DEFAULT_MAX_REDIRECT = 10
 DEFAULT_MAX_TRIES = 4
 DEFAULT_MAX_TASKS = 10
+CLI_MAX_TASKS = 100
 # One request attempt, connect to last byte. The chapter had none; 10 s is wget's
 # connect-timeout order of magnitude and long enough for slow pages on a real site.
 DEFAULT_TIMEOUT = 10.0
@@ -37,6 +60,13 @@ DEFAULT_MAX_URL_LENGTH = 2083
 # its Crawl-delay or Retry-After says: a server asking for an hour would otherwise stall
 # the crawl's end for an hour. A minute is Scrapy's AUTOTHROTTLE_MAX_DELAY default.
 MAX_HOST_DELAY = 60.0
+
+# The help sections of the command line, in the order ``--help`` shows them.
+WHAT = "what to crawl"
+LIMITS = "limits"
+MANNERS = "manners"
+OUTPUT = "output"
+SECTIONS = (WHAT, LIMITS, MANNERS, OUTPUT)
 
 
 class ConfigError(ValueError):
@@ -53,128 +83,445 @@ class ConfigError(ValueError):
         self.problem = problem
 
 
+# A check takes the option's name and a value; it returns the value as the crawl keeps it
+# (a float for seconds given as an int) or raises ConfigError(name, problem).
+Check = Callable[[str, Any], Any]
+
+
+class _Same:
+    """The command line's default is the API's (the usual case); see Option.cli_default."""
+
+    def __repr__(self) -> str:
+        return "SAME"
+
+
+SAME: Final = _Same()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CrawlConfig:
-    """The validated options of one crawl. Build it with :meth:`create`."""
+class Option:
+    """What an option is besides its name, type and default (those are its field's).
 
-    roots: tuple[str, ...]
-    scope: Scope
-    max_redirect: int = DEFAULT_MAX_REDIRECT
-    max_tries: int = DEFAULT_MAX_TRIES
-    max_tasks: int = DEFAULT_MAX_TASKS
-    timeout: float = DEFAULT_TIMEOUT
-    max_time: float | None = None
-    max_size: int = DEFAULT_MAX_SIZE
-    max_url_length: int = DEFAULT_MAX_URL_LENGTH
-    max_pages: int | None = None
-    max_depth: int | None = None
-    obey_robots: bool = True
-    user_agent: str | None = None  # None: _fetch.DEFAULT_USER_AGENT
-    max_per_host: int | None = None
-    delay: float = 0.0
+    Attributes:
+        help: One line for ``--help`` and the ``Crawler`` docs. A default that is not None
+            is added to it; say in it what None means.
+        check: Validates (and normalises) a value; None accepts any value of the type. A
+            value of None is accepted, unchecked, exactly when the default is None.
+        flags: The command-line spellings, the first one used in messages. An option that
+            is not a boolean takes a value (``--max-tasks N``); a boolean's flags set it True.
+        off_flags: A boolean's flags that set it False (``--lenient``, ``--ignore-robots``).
+        off_help: The help of ``off_flags``.
+        metavar: The value's name in ``--help`` (``N``, ``SECONDS``).
+        cli_default: The default on the command line when it is not the API's.
+        section: The ``--help`` section the flags are listed in (one of SECTIONS).
+        chapter: The chapter's ``Crawler`` took this keyword; it comes first in the signature.
+        counted: An int flag that counts its repeats (``-vv``) instead of taking a value.
+    """
 
-    @classmethod
-    def create(
-        cls,
-        roots: Iterable[str],
-        *,
-        exclude: str | None = None,
-        strict: bool = True,
-        max_redirect: int = DEFAULT_MAX_REDIRECT,
-        max_tries: int = DEFAULT_MAX_TRIES,
-        max_tasks: int = DEFAULT_MAX_TASKS,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_time: float | None = None,
-        max_size: int = DEFAULT_MAX_SIZE,
-        max_url_length: int = DEFAULT_MAX_URL_LENGTH,
-        max_pages: int | None = None,
-        max_depth: int | None = None,
-        obey_robots: bool = True,
-        user_agent: str | None = None,
-        max_per_host: int | None = None,
-        delay: float = 0.0,
-    ) -> CrawlConfig:
-        """Validate the options and build the config.
-
-        Raises:
-            ConfigError: For the first option whose value is unusable.
-        """
-        if isinstance(roots, str):
-            # A lone string would otherwise be crawled one character at a time.
-            raise ConfigError("roots", f"must be a list of URLs, not the string {roots!r}")
-        normalized: list[str] = []
-        for root in roots:
-            url = normalize_root(root)
-            if url is None:
-                raise ConfigError("roots", f"has {root!r}, which is not an http(s) URL")
-            if url not in normalized:  # Roots keep their order; repeats are dropped.
-                normalized.append(url)
-        if not normalized:
-            raise ConfigError("roots", "must name at least one URL to crawl")
-        pattern = None
-        if exclude is not None:
-            try:
-                pattern = re.compile(exclude)
-            except re.error as exc:
-                raise ConfigError("exclude", f"is not a valid regular expression: {exc}") from None
-        _check_int("max_redirect", max_redirect, minimum=0)
-        _check_int("max_tries", max_tries, minimum=1)
-        _check_int("max_tasks", max_tasks, minimum=1)
-        _check_seconds("timeout", timeout)
-        if max_time is not None:
-            _check_seconds("max_time", max_time)
-        _check_int("max_size", max_size, minimum=1)
-        _check_int("max_url_length", max_url_length, minimum=1)
-        if max_pages is not None:
-            _check_int("max_pages", max_pages, minimum=1)
-        if max_depth is not None:
-            _check_int("max_depth", max_depth, minimum=0)
-        if max_per_host is not None:
-            _check_int("max_per_host", max_per_host, minimum=1)
-        if isinstance(delay, bool) or not isinstance(delay, int | float):
-            raise ConfigError("delay", f"must be a number of seconds, not {delay!r}")
-        if not (0 <= delay <= MAX_HOST_DELAY):
-            raise ConfigError(
-                "delay", f"must be from 0 to {MAX_HOST_DELAY:g} seconds, not {delay!r}"
-            )
-        if user_agent is not None:
-            _check_user_agent(user_agent)
-        return cls(
-            roots=tuple(normalized),
-            scope=Scope(normalized, strict=strict, exclude=pattern),
-            max_redirect=max_redirect,
-            max_tries=max_tries,
-            max_tasks=max_tasks,
-            timeout=float(timeout),
-            max_time=None if max_time is None else float(max_time),
-            max_size=max_size,
-            max_url_length=max_url_length,
-            max_pages=max_pages,
-            max_depth=max_depth,
-            obey_robots=bool(obey_robots),
-            user_agent=user_agent,
-            max_per_host=max_per_host,
-            delay=float(delay),
-        )
+    help: str
+    check: Check | None = None
+    flags: tuple[str, ...] = ()
+    off_flags: tuple[str, ...] = ()
+    off_help: str = ""
+    metavar: str | None = None
+    cli_default: object = SAME
+    section: str = WHAT
+    chapter: bool = False
+    counted: bool = False
 
 
-def _check_int(option: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(option, f"must be a whole number, not {value!r}")
-    if value < minimum:
-        raise ConfigError(option, f"must be >= {minimum}, not {value!r}")
+_OPTION = "trio_crawler.option"  # the metadata key an Option is stored under
+
+_T = TypeVar("_T")
 
 
-def _check_seconds(option: str, value: object) -> None:
+def option(
+    default: _T,
+    *,
+    help: str,
+    check: Check | None = None,
+    flags: tuple[str, ...] = (),
+    off_flags: tuple[str, ...] = (),
+    off_help: str = "",
+    metavar: str | None = None,
+    cli_default: object = SAME,
+    section: str = WHAT,
+    chapter: bool = False,
+    counted: bool = False,
+) -> _T:
+    """Declare an option: a dataclass field with ``default`` and an :class:`Option`."""
+    declared = Option(
+        help=help,
+        check=check,
+        flags=flags,
+        off_flags=off_flags,
+        off_help=off_help,
+        metavar=metavar,
+        cli_default=cli_default,
+        section=section,
+        chapter=chapter,
+        counted=counted,
+    )
+    return field(default=default, metadata={_OPTION: declared})
+
+
+def declared_options(cls: type[Any]) -> list[tuple[Field[Any], Option]]:
+    """The option fields of a dataclass, in declaration order, each with its Option."""
+    return [(f, f.metadata[_OPTION]) for f in fields(cls) if _OPTION in f.metadata]
+
+
+def check_options(instance: object) -> None:
+    """Run every option's check on a just-made dataclass, keeping the normalised values.
+
+    Meant for ``__post_init__``; fields are checked in declaration order, so the first
+    unusable one is the one reported.
+    """
+    for declared, spec in declared_options(type(instance)):
+        value = getattr(instance, declared.name)
+        if spec.check is None or (value is None and declared.default is None):
+            continue
+        checked = spec.check(declared.name, value)
+        if checked is not value:
+            object.__setattr__(instance, declared.name, checked)  # frozen: set once, here
+
+
+# The checks. Each message reads after the option's name, in the API ("max_tasks must be
+# >= 1, not 0") and on the command line ("--max-tasks must be >= 1, not 0").
+
+
+def whole_number(*, minimum: int) -> Check:
+    """A check for an int of at least ``minimum`` (a bool is not a number here)."""
+
+    def check(name: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(name, f"must be a whole number, not {value!r}")
+        if value < minimum:
+            raise ConfigError(name, f"must be >= {minimum}, not {value!r}")
+        return value
+
+    return check
+
+
+def seconds(name: str, value: object) -> float:
+    """A positive, finite number of seconds, kept as a float."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(option, f"must be a number of seconds, not {value!r}")
+        raise ConfigError(name, f"must be a number of seconds, not {value!r}")
     if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(option, f"must be a positive number of seconds, not {value!r}")
+        raise ConfigError(name, f"must be a positive number of seconds, not {value!r}")
+    return float(value)
 
 
-def _check_user_agent(value: object) -> None:
+def truth(name: str, value: object) -> bool:
+    """Any value, kept as its truth (as ``if strict:`` would read it)."""
+    return bool(value)
+
+
+def _regex(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(name, f"must be a regular expression string, not {value!r}")
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ConfigError(name, f"is not a valid regular expression: {exc}") from None
+    return value
+
+
+def _host_delay(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(name, f"must be a number of seconds, not {value!r}")
+    if not (0 <= value <= MAX_HOST_DELAY):
+        raise ConfigError(name, f"must be from 0 to {MAX_HOST_DELAY:g} seconds, not {value!r}")
+    return float(value)
+
+
+def _user_agent(name: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError("user_agent", f"must be a non-empty string, not {value!r}")
+        raise ConfigError(name, f"must be a non-empty string, not {value!r}")
     if not value.isprintable() or not value.isascii():
         # A header value with a newline would smuggle headers; httpx refuses non-ASCII.
-        raise ConfigError("user_agent", f"must be printable ASCII (one header line), not {value!r}")
+        raise ConfigError(name, f"must be printable ASCII (one header line), not {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CrawlOptions:
+    """The options of one crawl, checked when made; the roots are :class:`CrawlConfig`'s.
+
+    The fields are the declarations: their order is the order of ``--help``, of the
+    README's tables and (the chapter's first) of the ``Crawler`` signature.
+
+    Raises:
+        ConfigError: For the first option whose value is unusable.
+    """
+
+    exclude: str | None = option(
+        None,
+        help="skip URLs where re.search(REGEX, url) matches",
+        check=_regex,
+        flags=("--exclude",),
+        metavar="REGEX",
+        chapter=True,
+    )
+    strict: bool = option(
+        True,
+        help="hosts must match a root host, modulo one 'www.'",
+        check=truth,
+        flags=("--strict",),
+        off_flags=("--lenient",),
+        off_help="hosts match when their last two labels match a root host's",
+        chapter=True,
+    )
+    max_redirect: int = option(
+        DEFAULT_MAX_REDIRECT,
+        help="redirects followed from any one URL",
+        check=whole_number(minimum=0),
+        flags=("--max-redirect", "--max_redirect"),
+        metavar="N",
+        section=LIMITS,
+        chapter=True,
+    )
+    max_tries: int = option(
+        DEFAULT_MAX_TRIES,
+        help="attempts per URL on network errors",
+        check=whole_number(minimum=1),
+        flags=("--max-tries", "--max_tries"),
+        metavar="N",
+        section=LIMITS,
+        chapter=True,
+    )
+    max_tasks: int = option(
+        DEFAULT_MAX_TASKS,
+        help="concurrent workers and requests",
+        check=whole_number(minimum=1),
+        flags=("--max-tasks", "--max_tasks"),
+        metavar="N",
+        cli_default=CLI_MAX_TASKS,
+        section=LIMITS,
+        chapter=True,
+    )
+    timeout: float = option(
+        DEFAULT_TIMEOUT,
+        help="limit for one whole request attempt, connect to last byte",
+        check=seconds,
+        flags=("--timeout",),
+        metavar="SECONDS",
+        section=LIMITS,
+    )
+    max_time: float | None = option(
+        None,
+        help="deadline for the whole crawl (default: none)",
+        check=seconds,
+        flags=("--max-time",),
+        metavar="SECONDS",
+        section=LIMITS,
+    )
+    max_pages: int | None = option(
+        None,
+        help="records to make at most (default: no limit)",
+        check=whole_number(minimum=1),
+        flags=("--max-pages",),
+        metavar="N",
+        section=LIMITS,
+    )
+    max_depth: int | None = option(
+        None,
+        help="link hops from a root; redirects are not hops (default: no limit)",
+        check=whole_number(minimum=0),
+        flags=("--max-depth",),
+        metavar="N",
+        section=LIMITS,
+    )
+    max_size: int = option(
+        DEFAULT_MAX_SIZE,
+        help="body bytes read from one response, after decompression",
+        check=whole_number(minimum=1),
+        flags=("--max-size",),
+        metavar="BYTES",
+        section=LIMITS,
+    )
+    max_url_length: int = option(
+        DEFAULT_MAX_URL_LENGTH,
+        help="longer links are skipped",
+        check=whole_number(minimum=1),
+        flags=("--max-url-length",),
+        metavar="CHARS",
+        section=LIMITS,
+    )
+    obey_robots: bool = option(
+        True,
+        help="fetch each origin's robots.txt first and follow its rules",
+        check=truth,
+        off_flags=("--ignore-robots",),
+        off_help="do not fetch or obey robots.txt",
+        section=MANNERS,
+    )
+    user_agent: str | None = option(
+        None,
+        # None is _fetch.DEFAULT_USER_AGENT. (The version is not read here: importlib.metadata
+        # would bring the socket module into the sans-I/O core.)
+        help="the User-Agent header (default trio-crawler/<version>)",
+        check=_user_agent,
+        flags=("--user-agent",),
+        metavar="STRING",
+        section=MANNERS,
+    )
+    max_per_host: int | None = option(
+        None,
+        help="concurrent requests to one host (default: --max-tasks)",
+        check=whole_number(minimum=1),
+        flags=("--max-per-host",),
+        metavar="N",
+        section=MANNERS,
+    )
+    delay: float = option(
+        0.0,
+        help="between two requests to one host; robots.txt Crawl-delay can raise it",
+        check=_host_delay,
+        flags=("--delay",),
+        metavar="SECONDS",
+        section=MANNERS,
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+    def keywords(self) -> CrawlKeywords:
+        """The options as keyword arguments for a ``Crawler`` (or :meth:`CrawlConfig.create`)."""
+        values = {f.name: getattr(self, f.name) for f, _ in declared_options(CrawlOptions)}
+        return cast("CrawlKeywords", values)
+
+
+class CrawlKeywords(TypedDict, total=False):
+    """The options as ``Crawler`` keyword arguments, for type checkers (see the module's
+    docstring): each :class:`CrawlOptions` field again, with the same name and type."""
+
+    exclude: str | None
+    strict: bool
+    max_redirect: int
+    max_tries: int
+    max_tasks: int
+    timeout: float
+    max_time: float | None
+    max_pages: int | None
+    max_depth: int | None
+    max_size: int
+    max_url_length: int
+    obey_robots: bool
+    user_agent: str | None
+    max_per_host: int | None
+    delay: float
+
+
+def normalize_roots(roots: Iterable[str]) -> tuple[str, ...]:
+    """The roots as the crawl keeps them: normalised, in order, without repeats.
+
+    Checked apart from the options because the command line knows the demo's root only
+    once its server has started, long after the options must be checked.
+
+    Raises:
+        ConfigError: For ``roots`` that are a string, empty, or have a non-http(s) URL.
+    """
+    if isinstance(roots, str):
+        # A lone string would otherwise be crawled one character at a time.
+        raise ConfigError("roots", f"must be a list of URLs, not the string {roots!r}")
+    normalized: list[str] = []
+    for root in roots:
+        url = normalize_root(root)
+        if url is None:
+            raise ConfigError("roots", f"has {root!r}, which is not an http(s) URL")
+        if url not in normalized:  # Roots keep their order; repeats are dropped.
+            normalized.append(url)
+    if not normalized:
+        raise ConfigError("roots", "must name at least one URL to crawl")
+    return tuple(normalized)
+
+
+def reject_unknown_options(options: Iterable[str], *, function: str) -> None:
+    """Raise Python's own TypeError for a keyword that is no option.
+
+    A function taking ``**options`` would otherwise pass a misspelling on to be reported
+    under another function's name; this names ``function``, as if every option were in its
+    signature.
+    """
+    known = {f.name for f, _ in declared_options(CrawlOptions)}
+    for name in options:
+        if name not in known:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+
+
+_Function = TypeVar("_Function", bound=Callable[..., object])
+
+
+def takes_options(function: _Function) -> _Function:
+    """Show ``function``'s ``**options`` as the options themselves, in its signature and docs.
+
+    ``inspect.signature`` and ``help()`` then read as if every option were spelt out:
+    after the positional parameters come the chapter's options; then the function's first
+    keyword-only parameter, where the chapter's ``Crawler`` had its ``loop``; then the other
+    options; then the function's remaining keyword-only parameters. The docstring gets an
+    "Options" section made of the options' help.
+    """
+    signature = inspect.signature(function)
+    own = list(signature.parameters.values())
+    if not own or own[-1].kind is not inspect.Parameter.VAR_KEYWORD:
+        raise TypeError(f"{function.__qualname__} must take **options")
+    own.pop()
+    positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    declared = declared_options(CrawlOptions)
+
+    def parameters(chapter: bool) -> list[inspect.Parameter]:
+        return [
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
+            )
+            for f, spec in declared
+            if spec.chapter is chapter
+        ]
+
+    ordered = [*positional, *parameters(True), *keyword[:1], *parameters(False), *keyword[1:]]
+    function.__signature__ = signature.replace(parameters=ordered)  # type: ignore[attr-defined]
+    lines = [inspect.cleandoc(function.__doc__ or ""), "", "Options (see :class:`CrawlOptions`):"]
+    for f, spec in declared:
+        text = spec.help
+        for other, other_spec in declared:  # "--max-tasks" reads "max_tasks" here
+            for flag in other_spec.flags:
+                text = text.replace(flag, other.name)
+        if spec.off_help:
+            text = f"{text}; if False, {spec.off_help}"
+        shown = "" if f.default is None else f" (default {f.default!r})"
+        entry = f"{f.name}: {text}{shown}."
+        lines.append(textwrap.fill(entry, 88, initial_indent="    ", subsequent_indent="        "))
+    function.__doc__ = "\n".join(lines).strip()
+    return function
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CrawlConfig(CrawlOptions):
+    """The checked options of one crawl with its roots: what the core reads.
+
+    Build it with :meth:`create`, which takes the roots as any iterable. ``scope``, which
+    answers "should this link be crawled?", is made from ``roots``, ``strict`` and
+    ``exclude``.
+    """
+
+    roots: tuple[str, ...]
+    scope: Scope = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Roots first: they are the first argument, so theirs is the first error reported.
+        object.__setattr__(self, "roots", normalize_roots(self.roots))
+        CrawlOptions.__post_init__(self)  # (zero-argument super() fails in slotted classes)
+        pattern = None if self.exclude is None else re.compile(self.exclude)
+        object.__setattr__(self, "scope", Scope(self.roots, strict=self.strict, exclude=pattern))
+
+    @classmethod
+    @takes_options
+    def create(cls, roots: Iterable[str], **options: Unpack[CrawlKeywords]) -> CrawlConfig:
+        """Check the roots and the options and build the config.
+
+        Raises:
+            ConfigError: For the roots, or the first option whose value is unusable.
+            TypeError: For a keyword that is not an option.
+        """
+        return cls(roots=normalize_roots(roots), **options)

@@ -15,16 +15,7 @@ import logging
 import ssl
 from typing import TYPE_CHECKING, Literal
 
-from ._config import (
-    DEFAULT_MAX_REDIRECT,
-    DEFAULT_MAX_SIZE,
-    DEFAULT_MAX_TASKS,
-    DEFAULT_MAX_TRIES,
-    DEFAULT_MAX_URL_LENGTH,
-    DEFAULT_TIMEOUT,
-    ConfigError,
-    CrawlConfig,
-)
+from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_options
 from ._events import Exchange, FetchError, Retry, describe_exception
 from ._fetch import (
     DEFAULT_USER_AGENT,
@@ -37,10 +28,11 @@ from ._state import CrawlState, CrawlStatistics
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable
-    from typing import Any
+    from typing import Any, Unpack
 
     import httpx
 
+    from ._config import CrawlKeywords
     from ._events import FetchRequest, Outcome
     from ._stats import FetchStatistic
 
@@ -70,33 +62,16 @@ CLEANUP_TIMEOUT = 5.0
 class CrawlerBase(abc.ABC):
     """The chapter's ``Crawler`` minus its scheduling; see an engine's ``Crawler``.
 
-    An engine provides four things: ``crawl()`` (its scheduling), ``_cut_short(grace)``
-    (what :meth:`stop` does to a running crawl), ``_attempt()`` (one fetch under its own
-    cancel scope) and ``_now()`` (its clock). Everything else is here, made in
-    ``__init__``, so that what a crawl is (its options, state, records, lifecycle and
-    HTTP clients) is written once.
+    An engine provides its primitives (``_init_engine()``, made in ``__init__``),
+    ``crawl()`` (its scheduling), ``_cut_short(grace)`` (what :meth:`stop` does to a
+    running crawl), ``_attempt()`` (one fetch under its own cancel scope) and ``_now()``
+    (its clock). Everything else is here, so that what a crawl is (its options, state,
+    records, lifecycle and HTTP clients) is written once.
 
     Args:
         roots: Start URLs. A root without ``://`` gets ``http://``; repeats are dropped.
-        exclude: A regex; URLs where ``re.search`` matches are not followed.
-        strict: Host matching: strict (equal, or modulo one ``www.``) or lenient (last
-            two labels).
-        max_redirect: Redirects followed from any one URL.
-        max_tries: Attempts per URL on network errors.
-        max_tasks: Concurrent workers, and so concurrent requests.
         client: An ``httpx.AsyncClient`` to share between the workers; it is left open.
             Without it each worker gets a client of its own, closed when the crawl ends.
-        timeout: Seconds for one whole attempt, connect to last byte.
-        max_time: Seconds for the whole crawl; when they pass, the crawl stops cleanly.
-        max_size: Most body bytes read from one response, after Content-Encoding is undone.
-        max_url_length: Links longer than this are skipped (and counted).
-        max_pages: Stop handing out new URLs after this many; in-flight ones finish.
-        max_depth: Link hops from a root to follow (a redirect is not a hop).
-        obey_robots: Fetch each origin's robots.txt first and follow its rules.
-        user_agent: The User-Agent header (robots.txt rules are matched on
-            ``trio-crawler`` whatever it says).
-        max_per_host: Concurrent requests to one origin (default: only ``max_tasks``).
-        delay: Seconds between the starts of two requests to one origin.
         on_record: Called with each record the moment it is made (see
             :class:`~trio_crawler._state.CrawlState`).
         on_exchange: Called with every attempt as sent and received (robots.txt
@@ -104,54 +79,30 @@ class CrawlerBase(abc.ABC):
         on_progress: Called with a :class:`~trio_crawler._state.CrawlStatistics` every
             ``progress_interval`` seconds while the crawl runs, from a task of its own.
         progress_interval: Seconds between two ``on_progress`` calls.
+        options: The crawl's options (``max_tasks=10``...), as keyword arguments; the
+            signature and ``__init__``'s docs list them all, from their declarations in
+            :class:`~trio_crawler._config.CrawlOptions`.
 
     Raises:
         ConfigError: At construction, for an unusable option.
+        TypeError: At construction, for a keyword that is no option (a misspelling).
     """
 
+    @takes_options
     def __init__(
         self,
         roots: Iterable[str],
         *,
-        exclude: str | None = None,
-        strict: bool = True,
-        max_redirect: int = DEFAULT_MAX_REDIRECT,
-        max_tries: int = DEFAULT_MAX_TRIES,
-        max_tasks: int = DEFAULT_MAX_TASKS,
         client: httpx.AsyncClient | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_time: float | None = None,
-        max_size: int = DEFAULT_MAX_SIZE,
-        max_url_length: int = DEFAULT_MAX_URL_LENGTH,
-        max_pages: int | None = None,
-        max_depth: int | None = None,
-        obey_robots: bool = True,
-        user_agent: str | None = None,
-        max_per_host: int | None = None,
-        delay: float = 0.0,
         on_record: Callable[[FetchStatistic], None] | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
         on_progress: Callable[[CrawlStatistics], None] | None = None,
         progress_interval: float = PROGRESS_INTERVAL,
+        **options: Unpack[CrawlKeywords],
     ) -> None:
-        self.config = CrawlConfig.create(
-            roots,
-            exclude=exclude,
-            strict=strict,
-            max_redirect=max_redirect,
-            max_tries=max_tries,
-            max_tasks=max_tasks,
-            timeout=timeout,
-            max_time=max_time,
-            max_size=max_size,
-            max_url_length=max_url_length,
-            max_pages=max_pages,
-            max_depth=max_depth,
-            obey_robots=obey_robots,
-            user_agent=user_agent,
-            max_per_host=max_per_host,
-            delay=delay,
-        )
+        """Check the roots and the options; ``crawl()`` runs the crawl."""
+        reject_unknown_options(options, function=f"{type(self).__name__}.__init__")
+        self.config = CrawlConfig.create(roots, **options)
         if not (isinstance(progress_interval, int | float) and progress_interval > 0):
             raise ConfigError(
                 "progress_interval",
@@ -173,6 +124,7 @@ class CrawlerBase(abc.ABC):
         self._phase = Phase.NEW
         # Whether stop() was called: the one answer to that question, whatever the phase.
         self._stopping = False
+        self._init_engine()
 
     # The chapter's attribute names, read from the core so they survive the crawl.
     @property
@@ -222,6 +174,14 @@ class CrawlerBase(abc.ABC):
             self._cut_short(grace)
 
     # -- what each engine provides ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def _init_engine(self) -> None:
+        """Make the engine's own attributes (its primitives), at the end of ``__init__``.
+
+        Engines do not override ``__init__``, whose signature is the chapter's and lists
+        every option (see :func:`~trio_crawler._config.takes_options`).
+        """
 
     @abc.abstractmethod
     async def crawl(self) -> None:

@@ -36,8 +36,7 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
-    from typing import Any
+    from collections.abc import AsyncIterator
 
     import httpx
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -52,8 +51,7 @@ class Crawler(CrawlerBase):
     :class:`~trio_crawler.ConfigError` for an unusable one.
     """
 
-    def __init__(self, roots: Iterable[str], **options: Any) -> None:
-        super().__init__(roots, **options)
+    def _init_engine(self) -> None:
         # AnyIO's scopes and events need a running event loop: crawl() makes them.
         self._crawl_scope: anyio.CancelScope | None = None
         self._progress: anyio.Event | None = None

@@ -43,9 +43,6 @@ from typing import TYPE_CHECKING
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Any
-
     import httpx
 
     from ._events import FetchRequest, Outcome
@@ -60,8 +57,7 @@ class Crawler(CrawlerBase):
     :class:`~trio_crawler.ConfigError` for an unusable one.
     """
 
-    def __init__(self, roots: Iterable[str], **options: Any) -> None:
-        super().__init__(roots, **options)
+    def _init_engine(self) -> None:
         # Unbounded, as in the chapter: workers put the links they find, and a bounded
         # queue would deadlock once every worker blocked in put(). Memory is bounded by
         # the site, as the Trio engine's frontier is. (An asyncio.Queue binds to the loop

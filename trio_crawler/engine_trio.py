@@ -63,8 +63,7 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
-    from typing import Any
+    from collections.abc import AsyncIterator
 
     import httpx
 
@@ -78,8 +77,7 @@ class Crawler(CrawlerBase):
     :class:`~trio_crawler.ConfigError` for an unusable one.
     """
 
-    def __init__(self, roots: Iterable[str], **options: Any) -> None:
-        super().__init__(roots, **options)
+    def _init_engine(self) -> None:
         # Trio's primitives can be made outside a run, so they are made here, once.
         self._crawl_scope = trio.CancelScope()
         self._progress = trio.Event()

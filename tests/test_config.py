@@ -1,0 +1,350 @@
+"""The options' declarations and what is made from them: checks, the Crawler, the CLI, the README.
+
+Each option is declared once, as a field of ``CrawlOptions`` (or, for the command line's own
+options, of ``CommandLine``). These tests pin what the declarations must give: the checks'
+messages, the ``Crawler`` signature, the ``CrawlKeywords`` TypedDict that type checkers
+read, the command-line flags and their defaults, and the README's options tables.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from dataclasses import Field, replace
+from pathlib import Path
+
+import pytest
+
+import trio_crawler
+from trio_crawler._cli_args import CommandLine, UsageError, parse_args
+from trio_crawler._config import (
+    CLI_MAX_TASKS,
+    SAME,
+    ConfigError,
+    CrawlConfig,
+    CrawlKeywords,
+    CrawlOptions,
+    Option,
+    declared_options,
+    normalize_roots,
+)
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+# The chapter's signature first (client where its loop was), then this port's additions.
+SIGNATURE = (
+    "(roots, *, exclude=None, strict=True, max_redirect=10, max_tries=4, max_tasks=10, "
+    "client=None, timeout=10.0, max_time=None, max_pages=None, max_depth=None, "
+    "max_size=10485760, max_url_length=2083, obey_robots=True, user_agent=None, "
+    "max_per_host=None, delay=0.0, on_record=None, on_exchange=None, on_progress=None, "
+    "progress_interval=0.1)"
+)
+
+
+def plain(signature: inspect.Signature) -> str:
+    """A signature as the chapter would write it: names and defaults, no annotations."""
+    parameters = [
+        p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()
+    ]
+    return str(signature.replace(parameters=parameters, return_annotation=inspect.Signature.empty))
+
+
+def all_declarations() -> list[tuple[str, Field[typing.Any], Option, type]]:
+    """(name, field, Option, value type) of every option: the crawl's, the command line's."""
+    return [
+        (f.name, f, spec, typing.get_type_hints(owner)[f.name])
+        for owner in (CrawlOptions, CommandLine)
+        for f, spec in declared_options(owner)
+    ]
+
+
+# --- the checks ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"exclude": "("}, "exclude is not a valid regular expression: missing )"),
+        ({"exclude": 3}, "exclude must be a regular expression string, not 3"),
+        ({"max_redirect": -1}, "max_redirect must be >= 0, not -1"),
+        ({"max_tries": 0}, "max_tries must be >= 1, not 0"),
+        ({"max_tries": 2.5}, "max_tries must be a whole number, not 2.5"),
+        ({"max_tasks": True}, "max_tasks must be a whole number, not True"),
+        ({"timeout": 0}, "timeout must be a positive number of seconds, not 0"),
+        ({"timeout": None}, "timeout must be a number of seconds, not None"),
+        ({"timeout": float("inf")}, "timeout must be a positive number of seconds, not inf"),
+        ({"max_time": "1"}, "max_time must be a number of seconds, not '1'"),
+        ({"max_pages": 0}, "max_pages must be >= 1, not 0"),
+        ({"max_depth": -1}, "max_depth must be >= 0, not -1"),
+        ({"max_size": 0}, "max_size must be >= 1, not 0"),
+        ({"max_url_length": 0}, "max_url_length must be >= 1, not 0"),
+        ({"user_agent": " "}, "user_agent must be a non-empty string, not ' '"),
+        ({"user_agent": "a\nb"}, "user_agent must be printable ASCII (one header line)"),
+        ({"max_per_host": 0}, "max_per_host must be >= 1, not 0"),
+        ({"delay": -1}, "delay must be from 0 to 60 seconds, not -1"),
+        ({"delay": "1"}, "delay must be a number of seconds, not '1'"),
+    ],
+)
+def test_an_unusable_option_is_a_config_error_naming_it(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}") as raised:
+        CrawlOptions(**options)  # type: ignore[arg-type]
+    assert raised.value.option == next(iter(options))
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+        CrawlConfig.create(["example.com"], **options)  # type: ignore[arg-type]
+
+
+def test_none_is_accepted_exactly_where_it_is_the_default() -> None:
+    types = typing.get_type_hints(CrawlOptions)
+    for f, _ in declared_options(CrawlOptions):
+        if f.default is None:
+            assert getattr(CrawlOptions(**{f.name: None}), f.name) is None
+        elif types[f.name] is not bool:  # a boolean takes any value's truth
+            with pytest.raises(ConfigError, match=f"^{f.name} "):
+                CrawlOptions(**{f.name: None})
+
+
+def test_values_are_kept_as_the_crawl_reads_them() -> None:
+    options = CrawlOptions(timeout=5, max_time=2, delay=1, strict=0, obey_robots="")  # type: ignore[arg-type]
+    assert (options.timeout, options.max_time, options.delay) == (5.0, 2.0, 1.0)
+    assert all(type(value) is float for value in (options.timeout, options.max_time))
+    assert (options.strict, options.obey_robots) == (False, False)
+
+
+def test_options_are_frozen() -> None:
+    options = CrawlOptions()
+    with pytest.raises(AttributeError):
+        options.max_tasks = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("roots", "message"),
+    [
+        ("example.com", "roots must be a list of URLs, not the string 'example.com'"),
+        ([], "roots must name at least one URL to crawl"),
+        (["ftp://example.com/"], "roots has 'ftp://example.com/', which is not an http(s) URL"),
+    ],
+)
+def test_unusable_roots(roots: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        normalize_roots(roots)  # type: ignore[arg-type]
+    # The roots are the first argument, and the first error reported.
+    with pytest.raises(ConfigError, match=r"^roots "):
+        CrawlConfig.create(roots, max_tasks=0)  # type: ignore[arg-type]
+
+
+def test_config_normalises_roots_and_makes_the_scope() -> None:
+    config = CrawlConfig.create(
+        ["xkcd.com", "http://xkcd.com/", "https://what-if.xkcd.com/"], strict=False
+    )
+    assert config.roots == ("http://xkcd.com/", "https://what-if.xkcd.com/")
+    assert config.scope.strict is False
+    assert config.scope.host_okay("blag.xkcd.com")
+    # Made directly, a config is checked the same way.
+    with pytest.raises(ConfigError, match=r"^roots "):
+        CrawlConfig(roots=("ftp://x/",))
+
+
+def test_config_create_shows_every_option_in_its_signature() -> None:
+    names = list(inspect.signature(CrawlConfig.create).parameters)
+    assert names == ["roots", *(f.name for f, _ in declared_options(CrawlOptions))]
+
+
+# --- the Crawler -------------------------------------------------------------------------
+
+
+def test_crawler_signature_is_the_chapters_with_every_option() -> None:
+    from trio_crawler import engine_anyio, engine_asyncio, engine_trio
+
+    for module in (engine_trio, engine_anyio, engine_asyncio):
+        assert plain(inspect.signature(module.Crawler)) == SIGNATURE
+
+
+def test_readme_shows_the_crawler_signature() -> None:
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert f"`Crawler{SIGNATURE}`" in text
+
+
+def test_crawler_docs_list_every_option() -> None:
+    doc = inspect.getdoc(trio_crawler.Crawler.__init__) or ""
+    for f, _ in declared_options(CrawlOptions):
+        assert re.search(rf"^    {f.name}: \S", doc, re.MULTILINE), f.name
+
+
+def test_a_misspelt_option_is_a_type_error_naming_the_crawler() -> None:
+    with pytest.raises(
+        TypeError, match=r"^Crawler\.__init__\(\) got an unexpected keyword argument 'max_task'$"
+    ):
+        trio_crawler.Crawler(["example.com"], max_task=3)  # type: ignore[call-arg]
+
+
+def test_crawler_passes_every_option_to_its_config() -> None:
+    options = CrawlOptions(
+        exclude="x",
+        strict=False,
+        max_redirect=1,
+        max_tries=2,
+        max_tasks=3,
+        timeout=4.0,
+        max_time=5.0,
+        max_pages=6,
+        max_depth=7,
+        max_size=8,
+        max_url_length=9,
+        obey_robots=False,
+        user_agent="ua",
+        max_per_host=10,
+        delay=11.0,
+    )
+    assert all(getattr(options, f.name) != f.default for f, _ in declared_options(CrawlOptions)), (
+        "every option set to a value that is not its default"
+    )
+    crawler = trio_crawler.Crawler(["example.com"], **options.keywords())
+    for f, _ in declared_options(CrawlOptions):
+        assert getattr(crawler.config, f.name) == getattr(options, f.name), f.name
+
+
+def test_the_typed_dict_agrees_with_the_declarations() -> None:
+    """CrawlKeywords is the one second spelling of the options (for type checkers)."""
+    declared = typing.get_type_hints(CrawlOptions)
+    expected = {f.name: declared[f.name] for f, _ in declared_options(CrawlOptions)}
+    typed = typing.get_type_hints(CrawlKeywords)
+    assert list(typed) == list(expected)
+    assert typed == expected
+    assert CrawlKeywords.__required_keys__ == frozenset()
+
+
+# --- the command line --------------------------------------------------------------------
+
+
+def test_every_flag_is_declared_once() -> None:
+    flags = [flag for _, _, spec, _ in all_declarations() for flag in spec.flags + spec.off_flags]
+    assert len(flags) == len(set(flags))
+    for name, _, spec, _ in all_declarations():
+        assert spec.flags or spec.off_flags, f"{name} has no flag"
+
+
+def test_command_line_defaults_are_the_apis_but_max_tasks() -> None:
+    options = parse_args(["x.com"])
+    assert options.crawl == replace(CrawlOptions(), max_tasks=CLI_MAX_TASKS)
+    assert options == CommandLine(roots=("x.com",), crawl=options.crawl)
+
+
+@pytest.mark.parametrize(
+    ("argv", "name", "value"),
+    [
+        (["--exclude", "a|b"], "exclude", "a|b"),
+        (["--lenient"], "strict", False),
+        (["--strict"], "strict", True),
+        (["--max_redirect", "3"], "max_redirect", 3),
+        (["--max-tries", "2"], "max_tries", 2),
+        (["--timeout", "2.5"], "timeout", 2.5),
+        (["--max-time", "9"], "max_time", 9.0),
+        (["--max-pages", "5"], "max_pages", 5),
+        (["--max-depth", "0"], "max_depth", 0),
+        (["--max-size", "100"], "max_size", 100),
+        (["--max-url-length", "50"], "max_url_length", 50),
+        (["--ignore-robots"], "obey_robots", False),
+        (["--user-agent", "bot/1"], "user_agent", "bot/1"),
+        (["--max-per-host", "2"], "max_per_host", 2),
+        (["--delay", "0.5"], "delay", 0.5),
+    ],
+)
+def test_each_crawl_flag_sets_its_option(argv: list[str], name: str, value: object) -> None:
+    options = parse_args([*argv, "x.com"])
+    assert getattr(options.crawl, name) == value
+    assert type(getattr(options.crawl, name)) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--demo"], {"demo": True, "roots": ()}),
+        (["--serve-demo", "--port", "8000"], {"serve_demo": True, "port": 8000}),
+        (["--engine", "asyncio", "x.com"], {"engine": "asyncio"}),
+        (["--grace", "0", "x.com"], {"grace": 0.0}),
+        (["-o", "-", "--warc", "a.warc", "x.com"], {"output": "-", "warc": "a.warc"}),
+        (["--no-progress", "x.com"], {"progress": False}),
+        (["-vv", "x.com"], {"verbose": 2, "log_level": 10}),
+        (["-q", "x.com"], {"quiet": True, "log_level": 40}),
+        (["x.com"], {"log_level": 30, "progress": True, "port": None, "grace": 5.0}),
+    ],
+)
+def test_each_command_line_flag_sets_its_option(
+    argv: list[str], expected: dict[str, object]
+) -> None:
+    options = parse_args(argv)
+    assert {key: getattr(options, key) for key in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-depth", "-1", "x.com"], "--max-depth must be >= 0, not -1"),
+        (["--max-size", "1.5", "x.com"], "--max-size must be a whole number, not '1.5'"),
+        (["--delay", "61", "x.com"], "--delay must be from 0 to 60 seconds, not 61.0"),
+        (["--user-agent", "a\tb", "x.com"], "--user-agent must be printable ASCII"),
+        (["--grace", "-1", "x.com"], "--grace must be a number of seconds >= 0, not -1.0"),
+        (["--grace", "inf", "x.com"], "--grace must be a number of seconds >= 0, not inf"),
+        (["--serve-demo", "--port", "70000"], "--port must be from 0 to 65535, not 70000"),
+        (["--serve-demo", "--port", "x"], "--port must be a whole number, not 'x'"),
+        (["--engine", "curio", "x.com"], "--engine must be one of trio, anyio-trio, "),
+        (["--strict", "--lenient", "x.com"], "not allowed with argument --strict"),
+        ([""], "ROOT has '', which is not an http(s) URL"),
+        (["--serve-demo", "x.com"], "--serve-demo only serves the demo site"),
+    ],
+)
+def test_usage_errors_name_the_flag(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        parse_args(argv)
+    assert message in str(raised.value)
+
+
+# --- the README --------------------------------------------------------------------------
+
+
+def readme_option_rows() -> dict[str, str]:
+    """Each flag in the README's options tables ("Using it"), with its row's default cell."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Using it") : text.index("### Limits and failure handling")]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        if not line.startswith("| `-"):
+            continue
+        flags_cell, default_cell, _ = (cell.strip() for cell in line.strip().strip("|").split("|"))
+        for flag in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", flags_cell):
+            rows[flag] = default_cell.replace("`", "").strip()
+    return rows
+
+
+def test_readme_tables_list_every_flag_with_its_default() -> None:
+    rows = readme_option_rows()
+    for name, f, spec, kind in all_declarations():
+        for flag in (*spec.flags[:1], *spec.off_flags[:1]):
+            assert flag in rows, f"{flag} is not in the README's options tables"
+        if spec.counted or kind is bool:
+            continue  # a switch's row says what it does when absent, in words
+        cell = rows[spec.flags[0]]
+        default = f.default if spec.cli_default is SAME else spec.cli_default
+        if default is None:
+            assert cell.startswith("none") or cell in spec.help, (name, cell)
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+            assert cell.split()[0] == shown, (name, cell, shown)
+
+
+def test_readme_tables_name_no_undeclared_flag() -> None:
+    declared = {
+        flag for _, _, spec, _ in all_declarations() for flag in spec.flags + spec.off_flags
+    }
+    assert set(readme_option_rows()) - declared == {"--help", "--version"}
+
+
+def test_readme_names_the_chapters_spellings() -> None:
+    text = README.read_text(encoding="utf-8")
+    aliases = [flag for _, _, spec, _ in all_declarations() for flag in spec.flags if "_" in flag]
+    assert aliases == ["--max_redirect", "--max_tries", "--max_tasks"]
+    for alias in aliases:
+        assert f"`{alias}`" in text

@@ -1,0 +1,341 @@
+"""The command line, read: argv to a checked :class:`CommandLine`, with no side effects.
+
+Every flag comes from a declaration: the crawl's options are the fields of
+:class:`~trio_crawler._config.CrawlOptions`, and the command line's own (``--demo``,
+``--grace``, ``-o``...) are the fields of :class:`CommandLine`, declared the same way with
+:func:`~trio_crawler._config.option`. From them :func:`build_parser` makes the parser (each
+default in its help) and :func:`parse_args` makes the typed result, checked by the same code
+the ``Crawler`` uses and re-spelt for the command line: ``--max-tasks must be >= 1, not 0``.
+
+A usage error is one line (see :class:`UsageError`), found before anything is opened,
+served or requested. Running what was read is ``_cli.py``'s job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import platform
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import trio
+
+from . import engine_anyio, engine_asyncio, engine_trio
+from ._config import (
+    LIMITS,
+    OUTPUT,
+    SAME,
+    SECTIONS,
+    ConfigError,
+    CrawlOptions,
+    Option,
+    check_options,
+    declared_options,
+    normalize_roots,
+    option,
+    whole_number,
+)
+from ._fetch import __version__, check_http_library, http_library
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from dataclasses import Field
+
+PROG = "trio-crawler"
+AnyCrawler = engine_trio.Crawler | engine_anyio.Crawler | engine_asyncio.Crawler
+# --engine NAME: the Crawler class and the event loop (AnyIO backend) it runs on.
+ENGINES: dict[str, tuple[type[AnyCrawler], str]] = {
+    "trio": (engine_trio.Crawler, "trio"),
+    "anyio-trio": (engine_anyio.Crawler, "trio"),
+    "anyio-asyncio": (engine_anyio.Crawler, "asyncio"),
+    "asyncio": (engine_asyncio.Crawler, "asyncio"),
+}
+# Seconds the requests in flight get to finish after the first Ctrl-C: a page on a healthy
+# site takes well under a second, and five is short enough that nobody reaches for kill -9.
+DEFAULT_GRACE = 5.0
+
+EXAMPLES = """\
+examples:
+  trio-crawler --demo
+      crawl the bundled demo site, offline, and print the report
+  trio-crawler -o pages.jsonl --max-pages 500 example.com
+      crawl up to 500 pages of a site, one JSON record per URL
+  trio-crawler --delay 1 --max-per-host 2 --warc site.warc.gz https://www.example.org/
+      crawl politely and archive every request and response
+"""
+
+
+class UsageError(Exception):
+    """A command line the crawler cannot run; its message is the whole error line."""
+
+
+def _engine(name: str, value: object) -> str:
+    if value not in ENGINES:
+        raise ConfigError(name, f"must be one of {', '.join(ENGINES)}, not {value!r}")
+    return str(value)
+
+
+def _port(name: str, value: object) -> int:
+    port: int = whole_number(minimum=0)(name, value)
+    if port > 65535:
+        raise ConfigError(name, f"must be from 0 to 65535, not {port}")
+    return port
+
+
+def _grace(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ConfigError(name, f"must be a number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandLine:
+    """A command line, read and checked: what to crawl, the crawl's options, and how to run.
+
+    Its fields after ``roots`` and ``crawl`` are the command line's own options, declared
+    as :class:`~trio_crawler._config.CrawlOptions`' are. ``--help`` lists the crawl's
+    options where the ``crawl`` field stands, each in its section.
+    """
+
+    roots: tuple[str, ...] = ()  # as given; the Crawler normalises them
+    demo: bool = option(
+        False, help="crawl the bundled demo site (served on 127.0.0.1)", flags=("--demo",)
+    )
+    serve_demo: bool = option(
+        False, help="only serve the demo site until Ctrl-C", flags=("--serve-demo",)
+    )
+    port: int | None = option(
+        None,
+        help="port for --serve-demo (default: a free one)",
+        check=_port,
+        flags=("--port",),
+        metavar="N",
+    )
+    crawl: CrawlOptions = field(default_factory=CrawlOptions)
+    engine: str = option(
+        "trio",
+        help="which scheduler runs the crawl",
+        check=_engine,
+        flags=("--engine",),
+        metavar="{" + ",".join(ENGINES) + "}",
+    )
+    grace: float = option(
+        DEFAULT_GRACE,
+        help="after Ctrl-C, time for requests in flight to finish",
+        check=_grace,
+        flags=("--grace",),
+        metavar="SECONDS",
+        section=LIMITS,
+    )
+    output: str | None = option(
+        None,
+        help="write one JSON record per finished URL ('-' for stdout)",
+        flags=("-o", "--output"),
+        metavar="FILE",
+        section=OUTPUT,
+    )
+    warc: str | None = option(
+        None,
+        help="archive every request and response in a WARC file (.warc or .warc.gz)",
+        flags=("--warc",),
+        metavar="FILE",
+        section=OUTPUT,
+    )
+    progress: bool = option(
+        True,
+        help="a live progress line on stderr, when it is a terminal",
+        off_flags=("--no-progress",),
+        off_help="no live progress line (it is shown only when stderr is a terminal)",
+        section=OUTPUT,
+    )
+    verbose: int = option(
+        0,
+        help="more logging on stderr (-v info, -vv debug)",
+        flags=("-v", "--verbose"),
+        counted=True,
+        section=OUTPUT,
+    )
+    quiet: bool = option(False, help="log errors only", flags=("-q", "--quiet"), section=OUTPUT)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+    @property
+    def log_level(self) -> int:
+        """The logging level ``-q`` and ``-v`` ask for (warnings without either)."""
+        if self.quiet:
+            return logging.ERROR
+        return {0: logging.WARNING, 1: logging.INFO}.get(self.verbose, logging.DEBUG)
+
+
+def version_line() -> str:
+    """``trio-crawler X.Y.Z`` with the versions that matter when reporting a bug."""
+    python = platform.python_version()
+    return f"{PROG} {__version__} ({http_library()}, trio {trio.__version__}, Python {python})"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the whole usage block before the message; a usage error is the
+        # one line only (``--help`` shows usage).
+        raise UsageError(message)
+
+
+# (owner, field, Option) of every flag, in --help's order within each section: the command
+# line's own options, with the crawl's where CommandLine's ``crawl`` field stands.
+_Declared = tuple[type[Any], "Field[Any]", Option]
+
+
+def _declarations() -> list[_Declared]:
+    crawl = [(CrawlOptions, f, spec) for f, spec in declared_options(CrawlOptions)]
+    own = {f.name: (CommandLine, f, spec) for f, spec in declared_options(CommandLine)}
+    ordered: list[_Declared] = []
+    for name in CommandLine.__dataclass_fields__:
+        if name == "crawl":
+            ordered.extend(crawl)
+        elif name in own:
+            ordered.append(own[name])
+    return ordered
+
+
+def _value_type(owner: type[Any], name: str) -> type[Any]:
+    """The type an option's value has on the command line: ``int`` for ``int | None``."""
+    hint = typing.get_type_hints(owner)[name]
+    kinds = [kind for kind in typing.get_args(hint) if kind is not type(None)]
+    return kinds[0] if kinds else hint  # type: ignore[no-any-return]
+
+
+def _shown(value: object) -> str:
+    """A default as ``--help`` shows it: 10, 2.5, 5 (not 5.0), trio."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _cli_default(declared: Field[Any], spec: Option) -> object:
+    return declared.default if spec.cli_default is SAME else spec.cli_default
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, made from the declarations.
+
+    Every flag's value defaults to None, meaning "not given", so that :func:`parse_args`
+    leaves the default to the declaration; numbers are taken as text and converted there,
+    with messages in the crawler's words.
+    """
+    parser = _Parser(
+        prog=PROG,
+        description="Crawl web sites from ROOT URLs with Trio, the way the 500 Lines\n"
+        "asyncio crawler does, and report every URL. robots.txt is obeyed.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "roots", nargs="*", metavar="ROOT", help="root URL (http:// is added if no scheme)"
+    )
+    parser.add_argument("--version", action="version", version=version_line())
+    declarations = _declarations()
+    for section in SECTIONS:
+        group = parser.add_argument_group(section)
+        for owner, declared, spec in declarations:
+            if spec.section == section:
+                _add_flags(group, declared, spec, _value_type(owner, declared.name))
+    return parser
+
+
+def _add_flags(
+    group: argparse._ArgumentGroup, declared: Field[Any], spec: Option, kind: type[Any]
+) -> None:
+    name = declared.name
+    default = _cli_default(declared, spec)
+    if kind is bool:
+        both = bool(spec.flags and spec.off_flags)
+        target = group.add_mutually_exclusive_group() if both else group
+        if spec.flags:
+            on_help = f"{spec.help} (default)" if both and default is True else spec.help
+            target.add_argument(
+                *spec.flags, dest=name, action="store_true", default=None, help=on_help
+            )
+        if spec.off_flags:
+            off_help = f"{spec.off_help} (default)" if both and default is False else spec.off_help
+            target.add_argument(
+                *spec.off_flags, dest=name, action="store_false", default=None, help=off_help
+            )
+    elif spec.counted:
+        group.add_argument(*spec.flags, dest=name, action="count", default=None, help=spec.help)
+    elif spec.flags:
+        shown = spec.help if default is None else f"{spec.help} (default {_shown(default)})"
+        group.add_argument(*spec.flags, dest=name, metavar=spec.metavar, default=None, help=shown)
+
+
+def parse_args(argv: Sequence[str] | None) -> CommandLine:
+    """Read and check a command line, without side effects.
+
+    Raises:
+        UsageError: With the one line to print, naming the option and its value.
+    """
+    namespace = build_parser().parse_args(argv)
+    roots = tuple(namespace.roots)
+    _check_what_to_crawl(namespace, roots)
+    try:
+        if roots:
+            # Checked apart from the options: the demo's root is known only once its
+            # server is listening, after the options must be checked.
+            normalize_roots(roots)
+        crawl = CrawlOptions(**_given(CrawlOptions, namespace))
+        command_line = CommandLine(roots=roots, crawl=crawl, **_given(CommandLine, namespace))
+        check_http_library()
+    except ConfigError as exc:
+        raise UsageError(_for_the_command_line(exc)) from None
+    return command_line
+
+
+def _check_what_to_crawl(namespace: argparse.Namespace, roots: tuple[str, ...]) -> None:
+    """The options that say what to crawl must agree with each other and the roots."""
+    if namespace.serve_demo:
+        if roots or namespace.demo:
+            raise UsageError(
+                "--serve-demo only serves the demo site; it takes no ROOT and no --demo"
+            )
+    elif namespace.port is not None:
+        raise UsageError("--port goes with --serve-demo")
+    elif namespace.demo and roots:
+        raise UsageError(f"--demo crawls the demo site; drop the ROOT {roots[0]!r} or --demo")
+    elif not namespace.demo and not roots:
+        raise UsageError("no ROOT given: name a URL to crawl (or use --demo)")
+
+
+def _given(owner: type[Any], namespace: argparse.Namespace) -> dict[str, Any]:
+    """The options of ``owner`` that the command line sets: the flags given, converted to
+    their types, and the command-line defaults that differ from the API's."""
+    values: dict[str, Any] = {}
+    for declared, spec in declared_options(owner):
+        given = getattr(namespace, declared.name, None)
+        if given is None:
+            if spec.cli_default is not SAME:
+                values[declared.name] = spec.cli_default
+            continue
+        kind = _value_type(owner, declared.name)
+        if isinstance(given, str) and kind in (int, float):
+            given = _number(given, spec.flags[0], kind)
+        values[declared.name] = given
+    return values
+
+
+def _number(text: str, flag: str, kind: type[Any]) -> object:
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise UsageError(f"{flag} must be {what}, not {text!r}") from None
+
+
+def _for_the_command_line(error: ConfigError) -> str:
+    """A ConfigError's message with the option spelt as on the command line."""
+    if error.option == "roots":
+        return f"ROOT {error.problem}"
+    for _, declared, spec in _declarations():
+        if declared.name == error.option:
+            return f"{(spec.flags or spec.off_flags)[0]} {error.problem}"
+    return str(error)  # not an option (TRIO_CRAWLER_HTTP): it names itself

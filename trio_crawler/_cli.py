@@ -41,9 +41,10 @@ from ._config import (
     ConfigError,
     CrawlConfig,
 )
-from ._fetch import DEFAULT_USER_AGENT, __version__, check_http_library, http_library
+from ._fetch import DEFAULT_USER_AGENT, choose_http_library
 from ._output import JsonLinesWriter
 from ._report import format_report
+from ._version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -276,8 +277,13 @@ def _number_option(
 
 def version_line() -> str:
     """``trio-crawler X.Y.Z`` with the versions that matter when reporting a bug."""
+    try:
+        http = choose_http_library()
+    except ConfigError:  # a wrong TRIO_CRAWLER_HTTP is parse_args' to report
+        http = choose_http_library({})
     python = platform.python_version()
-    return f"{PROG} {__version__} ({http_library()}, trio {trio.__version__}, Python {python})"
+    libraries = f"{http.__name__} {http.__version__}, trio {trio.__version__}"
+    return f"{PROG} {__version__} ({libraries}, Python {python})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -358,7 +364,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
             raise UsageError(f"ROOT {exc.problem}") from None
         raise UsageError(f"--{exc.option.replace('_', '-')} {exc.problem}") from None
     try:
-        check_http_library()
+        choose_http_library()
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     if args.quiet:

@@ -24,8 +24,9 @@ it.
 
 The deflate fallback. RFC 9110 says ``deflate`` is zlib's format (a header, the deflate
 data, a checksum), but some servers send raw deflate data without the header. A stage for
-deflate tries zlib first, and if the very first bytes fail, starts again on raw deflate.
-Once data has come out, a failure is corrupt data, not the other format.
+deflate tries zlib first, and if zlib rejects the first bytes it is given (at least two,
+so that it can judge its two-byte header), starts again on them as raw deflate. Once zlib
+has accepted a first piece, a later failure is corrupt data, not the other format.
 
 Nothing here does I/O or knows about HTTP libraries: the decoder is fed bytes and asked for
 the body, so it is tested on its own, synchronously.
@@ -108,9 +109,17 @@ class _Inflater:
         self._raw_fallback = coding == "deflate"
         self._zlib = zlib.decompressobj(self._wbits)
         self._started = False
+        # deflate's first byte, when it came alone: zlib cannot judge its two-byte header
+        # on one byte, so the choice between zlib and raw waits for the second.
+        self._first_byte = b""
 
     def inflate(self, data: bytes, limit: int) -> bytes:
         """Inflate ``data``; at most ``limit`` bytes come out (then the caller raises)."""
+        if self._raw_fallback and not self._started:
+            data, self._first_byte = self._first_byte + data, b""
+            if len(data) < 2:
+                self._first_byte = data
+                return b""
         out: list[bytes] = []
         produced = 0
         while data and produced < limit:

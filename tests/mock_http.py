@@ -20,7 +20,7 @@ Handler = Callable[[httpx.Request], httpx.Response]
 def streamed(
     status: int,
     body: bytes = b"",
-    headers: list[tuple[str, str]] | None = None,
+    headers: list[tuple[str, str | bytes]] | None = None,
     *,
     library: ModuleType = httpx,
 ) -> httpx.Response:

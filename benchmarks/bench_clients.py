@@ -71,7 +71,7 @@ import trio
 
 import trio_crawler
 from trio_crawler import Crawler
-from trio_crawler._fetch import open_client
+from trio_crawler._fetch import choose_http_library, open_client
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -101,7 +101,7 @@ class OwnSSLContextCrawler(Crawler):
     """
 
     def _new_worker_client(self) -> httpx.AsyncClient:
-        return open_client(max_connections=1)
+        return open_client(library=choose_http_library(), max_connections=1)
 
 
 # The engine hook that OwnSSLContextCrawler overrides. If the engine renames it, the
@@ -141,7 +141,7 @@ def _rss_mib() -> float:
 
 async def _crawl(arrangement: str, url: str, max_tasks: int) -> Crawler:
     if arrangement == "A":
-        async with open_client(max_connections=max_tasks) as client:
+        async with open_client(library=choose_http_library(), max_connections=max_tasks) as client:
             crawler = Crawler([url], max_tasks=max_tasks, client=client)
             await crawler.crawl()
         return crawler

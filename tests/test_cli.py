@@ -104,9 +104,7 @@ async def test_an_http_library_not_installed_is_a_one_line_usage_error() -> None
 def test_an_http_library_not_installed_stops_a_crawler_that_makes_clients(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import trio_crawler._fetch
-
-    monkeypatch.setattr(trio_crawler._fetch, "_HTTP_PROBLEM", "must name ... not 'urllib3'")
+    monkeypatch.setenv("TRIO_CRAWLER_HTTP", "urllib3")
     with pytest.raises(ConfigError, match=r"^TRIO_CRAWLER_HTTP must name"):
         Crawler(["http://127.0.0.1/"])
     # Given a client, the crawler makes none, and the setting does not matter.

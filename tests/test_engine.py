@@ -24,6 +24,7 @@ from trio_crawler._crawler import CrawlerBase
 
 from conftest import Engine
 from httpserver import Reply, Request, open_test_server
+from mock_http import streaming_transport
 
 pytestmark = pytest.mark.anyio
 
@@ -440,7 +441,7 @@ async def test_an_unexpected_error_for_one_url_becomes_its_record(
             raise ZeroDivisionError("surprise")
         return httpx.Response(200, html='<a href="/boom">b</a><a href="/ok">o</a>')
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+    async with httpx.AsyncClient(transport=streaming_transport(handler)) as client:
         with caplog.at_level(logging.ERROR, logger="trio_crawler"):
             crawler = await crawl(engine, "http://example.com/", client=client)
     records = by_url(crawler)
@@ -468,7 +469,7 @@ async def test_strict_and_lenient_host_matching(
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, html="".join(f'<a href="{link}">l</a>' for link in links))
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+    async with httpx.AsyncClient(transport=streaming_transport(handler)) as client:
         crawler = await crawl(engine, "example.com", client=client, strict=strict)
     assert set(by_url(crawler)) == fetched
 

@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 from trio_crawler._events import Response
-from trio_crawler._fetch import fetch, open_client
+from trio_crawler._fetch import choose_http_library, fetch, open_client
 
 from httpserver import Reply, Request, open_test_server
 
@@ -51,7 +51,10 @@ async def test_worker_client_serves_after_hundreds_of_random_cancellations() -> 
         return Reply(headers=[("content-type", "text/plain")], body=BODY)
 
     completed = 0
-    async with open_test_server() as server, open_client(max_connections=1) as client:
+    async with (
+        open_test_server() as server,
+        open_client(library=choose_http_library(), max_connections=1) as client,
+    ):
         server.fallback(jittery)
         with anyio.fail_after(120):
             for n in range(CANCELLATIONS):

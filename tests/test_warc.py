@@ -24,7 +24,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator  # type: ignore[import-untyped]
 
 from trio_crawler._events import Exchange
-from trio_crawler._fetch import __version__
+from trio_crawler._version import __version__
 from trio_crawler._warc import WarcWriter
 
 WARCIO = Path(sys.executable).parent / "warcio"

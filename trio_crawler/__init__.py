@@ -6,8 +6,8 @@ without breaking anyone.
 """
 
 from ._config import ConfigError as ConfigError
-from ._fetch import __version__ as __version__
 from ._stats import FetchStatistic as FetchStatistic
+from ._version import __version__ as __version__
 from .engine_trio import Crawler as Crawler
 
 __all__ = ["ConfigError", "Crawler", "FetchStatistic", "__version__"]

@@ -38,7 +38,8 @@ from ._config import (
     option,
     whole_number,
 )
-from ._fetch import __version__, check_http_library, http_library
+from ._fetch import choose_http_library
+from ._version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -173,8 +174,13 @@ class CommandLine:
 
 def version_line() -> str:
     """``trio-crawler X.Y.Z`` with the versions that matter when reporting a bug."""
+    try:
+        http = choose_http_library()
+    except ConfigError:  # a wrong TRIO_CRAWLER_HTTP is parse_args' to report
+        http = choose_http_library({})
     python = platform.python_version()
-    return f"{PROG} {__version__} ({http_library()}, trio {trio.__version__}, Python {python})"
+    libraries = f"{http.__name__} {http.__version__}, trio {trio.__version__}"
+    return f"{PROG} {__version__} ({libraries}, Python {python})"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -285,7 +291,7 @@ def parse_args(argv: Sequence[str] | None) -> CommandLine:
             normalize_roots(roots)
         crawl = CrawlOptions(**_given(CrawlOptions, namespace))
         command_line = CommandLine(roots=roots, crawl=crawl, **_given(CommandLine, namespace))
-        check_http_library()
+        choose_http_library()
     except ConfigError as exc:
         raise UsageError(_for_the_command_line(exc)) from None
     return command_line

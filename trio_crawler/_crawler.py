@@ -19,7 +19,7 @@ from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_opt
 from ._events import Exchange, FetchError, Retry, describe_exception
 from ._fetch import (
     DEFAULT_USER_AGENT,
-    check_http_library,
+    choose_http_library,
     environment_names_a_proxy,
     fetch,
     open_client,
@@ -28,6 +28,7 @@ from ._state import CrawlState, CrawlStatistics
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable
+    from types import ModuleType
     from typing import Any, Unpack
 
     import httpx
@@ -108,8 +109,9 @@ class CrawlerBase(abc.ABC):
                 "progress_interval",
                 f"must be a positive number of seconds, not {progress_interval!r}",
             )
-        if client is None:
-            check_http_library()
+        # The library our own clients come from, chosen now so that a wrong choice stops
+        # the crawler here; given a client, the crawler makes none and needs none.
+        self._http_library: ModuleType | None = choose_http_library() if client is None else None
         self.state = CrawlState(self.config, on_record=on_record)
         self._user_agent = self.config.user_agent or DEFAULT_USER_AGENT
         # Whether the workers' clients take a proxy from the environment: asked when the
@@ -290,9 +292,11 @@ class CrawlerBase(abc.ABC):
         the measurements. The SSL context is built once per process and shared, since
         building one costs about a megabyte and tens of milliseconds.
         """
+        assert self._http_library is not None, "a crawler given a client makes none"
         if self._proxy_from_environment is None:
             self._proxy_from_environment = environment_names_a_proxy()
         return open_client(
+            library=self._http_library,
             max_connections=1,
             ssl_context=_default_ssl_context(),
             user_agent=self._user_agent,

@@ -23,22 +23,23 @@ How httpx's exceptions are mapped::
     │   └── TooManyRedirects (cannot happen: redirects not followed)
     └── HTTPStatusError (cannot happen: raise_for_status never called)
     httpx.InvalidURL ................................................ not retryable
-    ResponseTooLarge (ours: body above max_size) .................... not retryable
-    DecodingError (ours: a body its Content-Encoding cannot undo) ... not retryable
+    _decoders.ResponseTooLarge (body above max_size) ................ not retryable
+    _decoders.DecodingError (its Content-Encoding cannot undo it) ... not retryable
 
-httpx2, httpx's maintained fork, has the same tree under the same names; when it is
-installed it makes the crawler's clients, and the errors of both libraries are mapped.
+httpx2, httpx's maintained fork, has the same tree under the same names. Which library the
+crawler's own clients come from is chosen by :func:`choose_http_library` where a crawler is
+made (httpx2 when installed, else httpx, or ``TRIO_CRAWLER_HTTP``), and handed to
+:func:`open_client`; the errors of every installed library are mapped whatever the choice,
+since a caller's own ``client=`` may be of either.
 
 Anything else escaping :func:`fetch` is unexpected; the engine records it for that URL and
 logs its traceback. Timeouts of a whole attempt are the engine's business (a cancel scope
 around the call), so the clients made here carry no httpx timeouts of their own.
 
-Bodies are decoded here, not by httpx, so that decompression is bounded: httpx inflates
-each chunk off the wire in one call, and 64 KiB of gzip can inflate to 64 MiB, per worker.
-:class:`_BodyDecoder` asks zlib for at most the bytes still allowed, so a gzip bomb costs no
-more memory than ``max_size``. We offer only ``gzip`` and ``deflate`` in Accept-Encoding, so
-we never need a brotli or zstd decoder; a body in an encoding we did not offer is kept as is,
-as httpx does.
+Bodies are read raw and decoded by :class:`~trio_crawler._decoders.BodyDecoder`, not by
+httpx, so that decompression is bounded by ``max_size`` (see ``_decoders.py`` for why and
+how). A robots.txt is the one body read to a different limit, :data:`ROBOTS_MAX_SIZE`, and
+the one that is cut rather than failed when it is larger: :func:`fetch` does both.
 
 Bodies are always either read to the end (which lets httpx reuse the connection) or closed
 (leaving the ``stream()`` block closes the response, and httpcore drops a connection whose
@@ -49,97 +50,106 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import importlib
 import os
 import time
 import urllib.request
-import zlib
 from typing import TYPE_CHECKING
 
 import anyio
 import httpx
 
 from ._config import DEFAULT_MAX_SIZE, ConfigError
+from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, Outcome, Response, describe_exception
-from ._version import __version__ as __version__
-
-# What servers see; robots.txt rules are matched on its product token (see _robots.py).
-DEFAULT_USER_AGENT = f"trio-crawler/{__version__}"
+from ._robots import PRODUCT_TOKEN
+from ._version import __version__
 
 if TYPE_CHECKING:
     import ssl
+    from collections.abc import Mapping
     from types import ModuleType
 
+# What servers see: the product token robots.txt groups are matched on, and our version.
+DEFAULT_USER_AGENT = f"{PRODUCT_TOKEN}/{__version__}"
 
-class ResponseTooLarge(Exception):
-    """A body grew past the crawl's size limit; the rest was not read."""
-
-
-class DecodingError(Exception):
-    """A body that its Content-Encoding cannot undo (corrupt gzip or deflate data)."""
-
-
-def _http_libraries() -> tuple[ModuleType, list[ModuleType], str | None]:
-    """The library our own clients come from, every library whose errors we map, and what
-    is wrong with ``TRIO_CRAWLER_HTTP`` (None if nothing).
-
-    httpx is the dependency; httpx2, its maintained fork with the same API, is used for
-    the clients the crawler makes when it is installed (``pip install
-    'trio-crawler[httpx2]'``). ``TRIO_CRAWLER_HTTP=httpx`` (or ``httpx2``) picks one
-    explicitly. Errors of both are mapped, since a caller's own ``client=`` may be either.
-    A name that is not installed is reported by :func:`check_http_library`, not raised
-    here: an import that fails can only be a traceback.
-    """
-    installed = [httpx]
-    with contextlib.suppress(ImportError):
-        installed.append(importlib.import_module("httpx2"))
-    wanted = os.environ.get("TRIO_CRAWLER_HTTP")
-    for library in installed:
-        if library.__name__ == wanted:
-            return library, installed, None
-    problem = None
-    if wanted:
-        names = ", ".join(library.__name__ for library in installed)
-        problem = f"must name an installed library ({names}), not {wanted!r}"
-    return installed[-1], installed, problem
-
-
-_HTTP, _LIBRARIES, _HTTP_PROBLEM = _http_libraries()
-_RETRYABLE: tuple[type[Exception], ...] = tuple(
-    error
-    for library in _LIBRARIES
-    for error in (
-        library.TimeoutException,
-        library.NetworkError,
-        library.RemoteProtocolError,
-        library.ProxyError,
-    )
-)
-_NOT_RETRYABLE: tuple[type[Exception], ...] = (
-    *(error for library in _LIBRARIES for error in (library.HTTPError, library.InvalidURL)),
-    ResponseTooLarge,
-    DecodingError,
-)
-# The encodings we can undo with the standard library, and so the only ones we ask for.
+# The encodings BodyDecoder can undo with the standard library, and so the only ones we ask for.
 ACCEPT_ENCODING = "gzip, deflate"
 # How much of a robots.txt is read: RFC 9309, section 2.5, asks crawlers to parse at least
 # 500 KiB and lets them ignore the rest. A larger file is cut there, not failed.
 ROBOTS_MAX_SIZE = 500 * 1024
 
 
-def check_http_library() -> None:
-    """Raise ConfigError if ``TRIO_CRAWLER_HTTP`` names no installed HTTP library.
+@functools.cache
+def installed_http_libraries() -> tuple[ModuleType, ...]:
+    """httpx, and httpx2 after it when it is installed: the libraries we can work with.
 
-    Asked when a crawler that makes its own clients is made, and by the command line
-    before it starts, which reports it in one line.
+    httpx is the dependency; httpx2 is its maintained fork with the same API (``pip install
+    'trio-crawler[httpx2]'``). Looked for once, on first use, not when this module is
+    imported, so that importing the crawler never tries an import it does not need.
     """
-    if _HTTP_PROBLEM is not None:
-        raise ConfigError("TRIO_CRAWLER_HTTP", _HTTP_PROBLEM)
+    installed = [httpx]
+    with contextlib.suppress(ImportError):
+        installed.append(importlib.import_module("httpx2"))
+    return tuple(installed)
 
 
-def http_library() -> str:
-    """The HTTP library in use and its version, for ``--version`` and bug reports."""
-    return f"{_HTTP.__name__} {_HTTP.__version__}"
+def choose_http_library(environ: Mapping[str, str] = os.environ) -> ModuleType:
+    """The library the crawler's own clients come from.
+
+    ``TRIO_CRAWLER_HTTP`` in ``environ`` names it (``httpx`` or ``httpx2``); unset or empty,
+    httpx2 is used when installed, else httpx. Called where a crawler that makes its own
+    clients is made, and by the command line before it starts, so that a wrong name is
+    one line saying so, not a traceback from deep inside a crawl.
+
+    Raises:
+        ConfigError: If ``TRIO_CRAWLER_HTTP`` names no installed library.
+    """
+    installed = installed_http_libraries()
+    wanted = environ.get("TRIO_CRAWLER_HTTP")
+    if not wanted:
+        return installed[-1]
+    for library in installed:
+        if library.__name__ == wanted:
+            return library
+    names = ", ".join(library.__name__ for library in installed)
+    raise ConfigError(
+        "TRIO_CRAWLER_HTTP", f"must name an installed library ({names}), not {wanted!r}"
+    )
+
+
+@functools.cache
+def _retryable_errors() -> tuple[type[Exception], ...]:
+    """The exceptions another attempt may not meet, of every installed library.
+
+    Every library's, not only the chosen one's: a caller's own ``client=`` may be either.
+    """
+    return tuple(
+        error
+        for library in installed_http_libraries()
+        for error in (
+            library.TimeoutException,
+            library.NetworkError,
+            library.RemoteProtocolError,
+            library.ProxyError,
+        )
+    )
+
+
+@functools.cache
+def _not_retryable_errors() -> tuple[type[Exception], ...]:
+    """The exceptions another attempt would meet again (checked after the retryable ones,
+    of which some are subclasses of these)."""
+    return (
+        *(
+            error
+            for library in installed_http_libraries()
+            for error in (library.HTTPError, library.InvalidURL)
+        ),
+        ResponseTooLarge,
+        DecodingError,
+    )
 
 
 def environment_names_a_proxy() -> bool:
@@ -154,12 +164,13 @@ def environment_names_a_proxy() -> bool:
 
 def open_client(
     *,
+    library: ModuleType,
     max_connections: int,
     ssl_context: ssl.SSLContext | None = None,
     user_agent: str = DEFAULT_USER_AGENT,
     proxy_from_environment: bool = True,
 ) -> httpx.AsyncClient:
-    """Make an AsyncClient set up for crawling.
+    """Make an AsyncClient of ``library`` (see :func:`choose_http_library`) set up for crawling.
 
     Redirects are not followed (the core decides which to follow and records each hop).
     The pool holds ``max_connections`` connections with no pool timeout: httpx's defaults
@@ -172,11 +183,11 @@ def open_client(
     for a caller that has checked :func:`environment_names_a_proxy`, skips it. Without an
     ``ssl_context`` the environment is always read, as it may name the CA certificates.
     """
-    client: httpx.AsyncClient = _HTTP.AsyncClient(
+    client: httpx.AsyncClient = library.AsyncClient(
         trust_env=proxy_from_environment or ssl_context is None,
         follow_redirects=False,
-        timeout=_HTTP.Timeout(None),
-        limits=_HTTP.Limits(
+        timeout=library.Timeout(None),
+        limits=library.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
         headers={"user-agent": user_agent, "accept-encoding": ACCEPT_ENCODING},
@@ -239,21 +250,27 @@ async def fetch(
     try:
         headers = None if user_agent is None else {"user-agent": user_agent}
         async with client.stream("GET", url, headers=headers) as response:
-            limit = ROBOTS_MAX_SIZE if robots else max_size
-            body, cut = await _read_body(response, limit, raw_chunks, keep_prefix=robots)
-            if cut:
-                body = body[: body.rfind(b"\n") + 1]  # a rule cut in half is no rule
+            encoding = response.headers.get("content-encoding", "")
+            decoder = BodyDecoder(encoding, ROBOTS_MAX_SIZE if robots else max_size)
+            cut = False
+            try:
+                body = await _read_body(response, decoder, raw_chunks)
+            except ResponseTooLarge:
+                if not robots:
+                    raise
+                # RFC 9309, section 2.5: the rest of a long robots.txt may be ignored.
+                body, cut = _whole_lines(decoder.prefix()), True
             return Response(
                 status=response.status_code,
                 content_type=response.headers.get("content-type"),
                 location=_location(response),
                 body=body,
                 retry_after=_retry_after(response),
-                exchange=_exchange(url, response, raw_chunks, None, robots, None, cut=cut),
+                exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
             )
-    except _RETRYABLE as exc:
+    except _retryable_errors() as exc:
         error, retryable = describe_exception(exc), True
-    except _NOT_RETRYABLE as exc:
+    except _not_retryable_errors() as exc:
         error, retryable = describe_exception(exc), False
     # A failure another try cannot fix keeps the status the server answered with (a body
     # too large is still a 200); a retryable one has no status, as the contract says.
@@ -266,33 +283,17 @@ async def fetch(
         retryable=retryable,
         status=status,
         content_type=content_type,
-        exchange=_exchange(url, response, raw_chunks, error, robots, client),
+        exchange=_exchange(url, client, response, raw_chunks, error, robots),
     )
 
 
 async def _read_body(
-    response: httpx.Response,
-    max_size: int,
-    raw_chunks: list[bytes] | None,
-    *,
-    keep_prefix: bool = False,
-) -> tuple[bytes, bool]:
-    """The decoded body, and whether it was cut at ``max_size``.
+    response: httpx.Response, decoder: BodyDecoder, raw_chunks: list[bytes] | None
+) -> bytes:
+    """Stream the body through ``decoder`` and return it decoded.
 
-    A body that grows past ``max_size`` raises ResponseTooLarge, or with ``keep_prefix``
-    is cut there: its first ``max_size`` bytes come back, and the rest is not read.
+    Raises ResponseTooLarge or DecodingError from the decoder, once the read has stopped.
     """
-    if response.is_stream_consumed:
-        # A response built with its body in hand (httpx.MockTransport): httpx has read
-        # and decoded it already, so there is nothing left to bound but its size.
-        if raw_chunks is not None:
-            raw_chunks.append(response.content)
-        if len(response.content) > max_size:
-            if keep_prefix:
-                return response.content[:max_size], True
-            raise ResponseTooLarge(f"body exceeds {max_size} bytes")
-        return response.content, False
-    decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_size)
     failure: ResponseTooLarge | DecodingError | None = None
     with anyio.CancelScope() as reading:
         async for raw in response.aiter_raw():
@@ -309,94 +310,15 @@ async def _read_body(
                 # them suspended, and Trio warns about each one when it is collected.
                 failure = exc
                 reading.cancel()
-    if isinstance(failure, ResponseTooLarge) and keep_prefix:
-        return decoder.prefix(), True
     if failure is not None:
         raise failure
-    return decoder.finish(), False
+    return decoder.finish()
 
 
-class _BodyDecoder:
-    """Undo a Content-Encoding chain chunk by chunk, never producing more than allowed.
-
-    Raises ResponseTooLarge as soon as the decoded body passes ``max_size``, and
-    DecodingError for data the named encoding cannot undo.
-    """
-
-    def __init__(self, content_encoding: str, max_size: int) -> None:
-        self._max_size = max_size
-        self._size = 0
-        self._parts: list[bytes] = []
-        # "Content-Encoding: gzip, deflate" means deflate was applied last, so undone first.
-        codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
-        self._stages = [_Inflater(c) for c in reversed(codings) if c in _INFLATE_WBITS]
-
-    def feed(self, data: bytes) -> None:
-        for stage in self._stages:
-            data = stage.inflate(data, self._max_size - self._size + 1)
-        self._take(data)
-
-    def prefix(self) -> bytes:
-        """The first ``max_size`` bytes, once ``feed`` has raised ResponseTooLarge."""
-        return b"".join(self._parts)[: self._max_size]
-
-    def finish(self) -> bytes:
-        data = b""
-        for stage in self._stages:
-            data = stage.inflate(data, self._max_size - self._size + 1) + stage.flush()
-        self._take(data)
-        return b"".join(self._parts)
-
-    def _take(self, data: bytes) -> None:
-        if not data:
-            return
-        self._size += len(data)
-        self._parts.append(data)  # kept even when too much: prefix() may want its start
-        if self._size > self._max_size:
-            raise ResponseTooLarge(f"body exceeds {self._max_size} bytes")
-
-
-# zlib's wbits per coding: 32+15 reads a gzip or a zlib header; deflate is tried as zlib
-# first, as RFC 9110 says it is, and as raw deflate (-15) if that fails, as some servers send.
-_INFLATE_WBITS = {"gzip": 32 + 15, "x-gzip": 32 + 15, "deflate": 15}
-
-
-class _Inflater:
-    def __init__(self, coding: str) -> None:
-        self._wbits = _INFLATE_WBITS[coding]
-        self._raw_fallback = coding == "deflate"
-        self._zlib = zlib.decompressobj(self._wbits)
-        self._started = False
-
-    def inflate(self, data: bytes, limit: int) -> bytes:
-        """Inflate ``data``; at most ``limit`` bytes come out (then the caller raises)."""
-        out: list[bytes] = []
-        produced = 0
-        while data and produced < limit:
-            try:
-                chunk = self._zlib.decompress(data, limit - produced)
-            except zlib.error as exc:
-                if self._raw_fallback and not self._started:
-                    self._raw_fallback = False
-                    self._zlib = zlib.decompressobj(-15)
-                    continue
-                raise DecodingError(f"{exc}") from None
-            self._started = True
-            out.append(chunk)
-            produced += len(chunk)
-            if self._zlib.eof:
-                # Concatenated gzip members (RFC 1952) are one body: start the next member.
-                data = self._zlib.unused_data
-                self._zlib = zlib.decompressobj(self._wbits)
-            else:
-                data = self._zlib.unconsumed_tail
-        return b"".join(out)
-
-    def flush(self) -> bytes:
-        try:
-            return self._zlib.flush()
-        except zlib.error as exc:
-            raise DecodingError(f"{exc}") from None
+def _whole_lines(text: bytes) -> bytes:
+    """``text`` up to the end of its last whole line: a robots.txt rule cut in half is no
+    rule (``Disallow: /private`` cut to ``Disallow: /pri`` would disallow too much)."""
+    return text[: text.rfind(b"\n") + 1]
 
 
 def _location(response: httpx.Response) -> str | None:
@@ -425,11 +347,11 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 def _exchange(
     url: str,
+    client: httpx.AsyncClient,
     response: httpx.Response | None,
     raw_chunks: list[bytes] | None,
     error: str | None,
     robots: bool,
-    client: httpx.AsyncClient | None,
     *,
     cut: bool = False,
 ) -> Exchange | None:
@@ -438,11 +360,9 @@ def _exchange(
         return None
     if response is not None:
         request_headers = response.request.headers
-    elif client is not None:
+    else:
         # Failed before a response: the headers the client would have sent.
         request_headers = client.build_request("GET", url).headers
-    else:
-        request_headers = _HTTP.Headers()
     sent = tuple(_header_pairs(request_headers.raw))
     if response is None:
         return Exchange(url=url, request_headers=sent, error=error, robots=robots)

@@ -41,6 +41,8 @@ from trio.testing import MockClock
 
 from trio_crawler import Crawler
 
+from mock_http import streaming_transport
+
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
@@ -264,7 +266,7 @@ async def test_b_trio_crawler_turns_an_unexpected_error_into_a_record(
         links = '<a href="/bad">bad</a> <a href="/ok">ok</a>' if request.url.path == "/" else ""
         return httpx.Response(200, html=links)
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+    async with httpx.AsyncClient(transport=streaming_transport(handler)) as client:
         crawler = Crawler(["http://example.com/"], client=client, max_tasks=2, obey_robots=False)
         with trio.fail_after(HANG_LIMIT), caplog.at_level(logging.ERROR, "trio_crawler"):
             await crawler.crawl()

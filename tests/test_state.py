@@ -8,7 +8,7 @@ import pytest
 
 from trio_crawler._config import CrawlConfig
 from trio_crawler._events import FetchError, FetchRequest, Response, describe_exception
-from trio_crawler._state import CrawlState, CrawlStatistics
+from trio_crawler._state import CrawlState, CrawlCounts
 from trio_crawler._stats import FetchStatistic
 
 from support import finish
@@ -30,7 +30,7 @@ def html(*hrefs: str, status: int = 200) -> Response:
     return Response(status=status, content_type="text/html; charset=utf-8", body=body)
 
 
-def counts(state: CrawlState) -> CrawlStatistics:
+def counts(state: CrawlState) -> CrawlCounts:
     return state.statistics()
 
 
@@ -44,7 +44,7 @@ def test_roots_are_queued_in_order_without_repeats() -> None:
     state, _ = make_state("b.com", "http://a.com/#x", "http://a.com/", "B.com")
     assert state.config.roots == ("http://b.com/", "http://a.com/")
     assert state.seen_urls == {"http://b.com/", "http://a.com/"}
-    assert counts(state) == CrawlStatistics(queued=2, in_flight=0, done=0, seen=2, failed=0)
+    assert counts(state) == CrawlCounts(queued=2, in_flight=0, done=0, seen=2, failed=0)
     assert not state.finished
     assert take(state).url == "http://b.com/"
     assert take(state).url == "http://a.com/"
@@ -54,7 +54,7 @@ def test_one_page_with_links_then_finished() -> None:
     state, written = make_state(max_redirect=3)
     root = take(state)
     assert root == FetchRequest(url=ROOT, redirects_left=3, attempt=1, depth=0)
-    assert counts(state) == CrawlStatistics(queued=0, in_flight=1, done=0, seen=1, failed=0)
+    assert counts(state) == CrawlCounts(queued=0, in_flight=1, done=0, seen=1, failed=0)
     assert state.in_flight == {ROOT}
     assert state.next_request(now=0.0) is None  # nothing to do *yet*
     assert not state.finished  # ... but the page in flight may add links
@@ -72,7 +72,7 @@ def test_one_page_with_links_then_finished() -> None:
     )
     assert state.done == written == [record]
     assert state.seen_urls == {ROOT, ROOT + "a", ROOT + "b"}
-    assert counts(state) == CrawlStatistics(queued=2, in_flight=0, done=1, seen=3, failed=0)
+    assert counts(state) == CrawlCounts(queued=2, in_flight=0, done=1, seen=3, failed=0)
     # Links are queued sorted, with the full redirect budget, one hop deeper.
     assert take(state) == FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
     page_b = take(state)
@@ -83,7 +83,7 @@ def test_one_page_with_links_then_finished() -> None:
     page_a = FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
     assert finish(state, page_a, html(), now=0.0) is None
     assert state.finished
-    assert counts(state) == CrawlStatistics(queued=0, in_flight=0, done=3, seen=3, failed=0)
+    assert counts(state) == CrawlCounts(queued=0, in_flight=0, done=3, seen=3, failed=0)
 
 
 def test_finishing_a_url_not_in_flight_is_an_engine_bug() -> None:
@@ -159,7 +159,7 @@ def test_network_errors_are_retried_then_recorded(caplog: pytest.LogCaptureFixtu
         assert retry.attempt == 3
         assert finish(state, retry, failure, now=0.0) is None
     assert written == [FetchStatistic(url=ROOT, exception="ConnectError: refused")]
-    assert counts(state) == CrawlStatistics(queued=0, in_flight=0, done=1, seen=1, failed=1)
+    assert counts(state) == CrawlCounts(queued=0, in_flight=0, done=1, seen=1, failed=1)
     messages = [record.getMessage() for record in caplog.records]
     assert messages == [
         f"try 1 for {ROOT} raised ConnectError: refused",

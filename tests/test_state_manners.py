@@ -25,7 +25,7 @@ from trio_crawler._events import (
     RobotsSettled,
 )
 from trio_crawler._robots import MAX_ROBOTS_REDIRECTS
-from trio_crawler._state import CrawlState, CrawlStatistics
+from trio_crawler._state import CrawlState, CrawlCounts
 from trio_crawler._stats import FetchStatistic
 
 from support import finish
@@ -60,8 +60,8 @@ def robots_txt(text: str = "", *, status: int = 200) -> Response:
     return Response(status=status, content_type="text/plain", body=text.encode())
 
 
-def stats(queued: int, in_flight: int, done: int, seen: int, failed: int = 0) -> CrawlStatistics:
-    return CrawlStatistics(queued=queued, in_flight=in_flight, done=done, seen=seen, failed=failed)
+def stats(queued: int, in_flight: int, done: int, seen: int, failed: int = 0) -> CrawlCounts:
+    return CrawlCounts(queued=queued, in_flight=in_flight, done=done, seen=seen, failed=failed)
 
 
 def open_origin(state: CrawlState, rules: str = "", now: float = 0.0) -> None:

@@ -24,7 +24,7 @@ from ._fetch import (
     fetch,
     open_client,
 )
-from ._state import CrawlState, CrawlStatistics
+from ._state import CrawlState, CrawlCounts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable
@@ -77,7 +77,7 @@ class CrawlerBase(abc.ABC):
             :class:`~trio_crawler._state.CrawlState`).
         on_exchange: Called with every attempt as sent and received (robots.txt
             included), for archiving; see :class:`~trio_crawler._events.Exchange`.
-        on_progress: Called with a :class:`~trio_crawler._state.CrawlStatistics` every
+        on_progress: Called with a :class:`~trio_crawler._state.CrawlCounts` every
             ``progress_interval`` seconds while the crawl runs, from a task of its own.
         progress_interval: Seconds between two ``on_progress`` calls.
         options: The crawl's options (``max_tasks=10``...), as keyword arguments; the
@@ -97,7 +97,7 @@ class CrawlerBase(abc.ABC):
         client: httpx.AsyncClient | None = None,
         on_record: Callable[[FetchStatistic], None] | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
-        on_progress: Callable[[CrawlStatistics], None] | None = None,
+        on_progress: Callable[[CrawlCounts], None] | None = None,
         progress_interval: float = PROGRESS_INTERVAL,
         **options: Unpack[CrawlKeywords],
     ) -> None:
@@ -149,7 +149,7 @@ class CrawlerBase(abc.ABC):
         """The records, in the order URLs finished."""
         return self.state.done
 
-    def statistics(self) -> CrawlStatistics:
+    def statistics(self) -> CrawlCounts:
         """A frozen snapshot of the crawl's progress."""
         return self.state.statistics()
 

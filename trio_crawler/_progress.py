@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import logging
     from types import TracebackType
 
-    from ._state import CrawlStatistics
+    from ._state import CrawlCounts
 
 # Pages per second is measured over this many seconds, so the figure moves smoothly rather
 # than jumping with every batch of pages that lands in one tenth of a second.
@@ -65,11 +65,11 @@ class ProgressDisplay:
         """A logging handler that prints above the live line, not through it."""
         return RichHandler(console=self.console, show_time=False, show_path=False)
 
-    def update(self, stats: CrawlStatistics) -> None:
+    def update(self, stats: CrawlCounts) -> None:
         """Redraw the line for a new snapshot of the crawl."""
         self._live.update(self.render(stats), refresh=True)
 
-    def render(self, stats: CrawlStatistics) -> Text:
+    def render(self, stats: CrawlCounts) -> Text:
         """The line for ``stats``, as rich text."""
         now = time.monotonic()
         self._samples.append((now, stats.done))

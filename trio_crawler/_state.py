@@ -92,7 +92,7 @@ RETRIED_LATER = "retried_after_wait"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CrawlStatistics:
+class CrawlCounts:
     """A snapshot of a crawl's progress, for progress displays and the report.
 
     Attributes:
@@ -278,9 +278,9 @@ class CrawlState:
         """URLs handed out and not yet finished (robots.txt fetches not included)."""
         return self.frontier.in_flight
 
-    def statistics(self) -> CrawlStatistics:
+    def statistics(self) -> CrawlCounts:
         """A frozen snapshot of the crawl's counts."""
-        return CrawlStatistics(
+        return CrawlCounts(
             queued=self.frontier.queued,
             in_flight=self.frontier.in_flight_count,
             done=len(self.done),

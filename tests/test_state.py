@@ -8,7 +8,7 @@ import pytest
 
 from trio_crawler._config import CrawlConfig
 from trio_crawler._events import FetchError, FetchRequest, Response, describe_exception
-from trio_crawler._state import CrawlState, CrawlCounts
+from trio_crawler._state import CrawlCounts, CrawlState
 from trio_crawler._stats import FetchStatistic
 
 from support import finish

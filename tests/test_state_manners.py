@@ -25,7 +25,7 @@ from trio_crawler._events import (
     RobotsSettled,
 )
 from trio_crawler._robots import MAX_ROBOTS_REDIRECTS
-from trio_crawler._state import CrawlState, CrawlCounts
+from trio_crawler._state import CrawlCounts, CrawlState
 from trio_crawler._stats import FetchStatistic
 
 from support import finish

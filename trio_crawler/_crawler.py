@@ -24,7 +24,7 @@ from ._fetch import (
     fetch,
     open_client,
 )
-from ._state import CrawlState, CrawlCounts
+from ._state import CrawlCounts, CrawlState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable

@@ -116,6 +116,8 @@ class CommandLine:
         metavar="N",
     )
     crawl: CrawlOptions = field(default_factory=CrawlOptions)
+    # The command line's own options, declared as CrawlOptions declares the crawl's: rows of
+    # one table, alike in shape on purpose.
     engine: str = option(
         "trio",
         help="which scheduler runs the crawl",

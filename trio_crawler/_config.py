@@ -254,6 +254,8 @@ class CrawlOptions:
         ConfigError: For the first option whose value is unusable.
     """
 
+    # Every field has the same shape on purpose: this list is the table of options, and a
+    # finder of repeated code will pair its rows (and the command line's, in _cli_args).
     exclude: str | None = option(
         None,
         help="skip URLs where re.search(REGEX, url) matches",

@@ -1,40 +1,37 @@
-"""What every engine's ``Crawler`` shares: options, state, attributes and failure outcomes.
+"""What every engine's ``Crawler`` shares: options, state, attributes and its lifecycle.
 
 Engines differ only in how they schedule: a nursery and a channel, a task group and a
 memory object stream, or the chapter's queue with ``join()`` and ``cancel()``. Everything
-else a crawler is lives here or in the core, so that the engine modules stay short enough
-to read side by side and a behaviour fixed once is fixed for all of them.
+else a crawler is lives here, in the core it holds (:class:`~trio_crawler._state.CrawlState`)
+or in the :class:`~trio_crawler._fetch.Fetcher` it holds (clients and attempts), so that the
+engine modules stay short enough to read side by side and a behaviour fixed once is fixed
+for all of them.
+
+A Crawler lives once: :class:`Phase` NEW, then CRAWLING inside ``crawl()``, then ENDED.
+:meth:`CrawlerBase.stop` may come in any phase; before ``crawl()`` it makes the crawl end
+at once, during it the engine cuts the crawl short, after it nothing happens.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-import functools
 import logging
-import ssl
 from typing import TYPE_CHECKING, Literal
 
 from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_options
-from ._events import Exchange, FetchError, Retry, describe_exception
-from ._fetch import (
-    DEFAULT_USER_AGENT,
-    choose_http_library,
-    environment_names_a_proxy,
-    fetch,
-    open_client,
-)
+from ._events import Retry
+from ._fetch import DEFAULT_USER_AGENT, Fetcher
 from ._state import CrawlCounts, CrawlState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterable
-    from types import ModuleType
-    from typing import Any, Unpack
+    from collections.abc import Callable, Iterable
+    from typing import Unpack
 
     import httpx
 
     from ._config import CrawlKeywords
-    from ._events import FetchRequest, Outcome
+    from ._events import Exchange, FetchRequest, Outcome
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -109,20 +106,21 @@ class CrawlerBase(abc.ABC):
                 "progress_interval",
                 f"must be a positive number of seconds, not {progress_interval!r}",
             )
-        # The library our own clients come from, chosen now so that a wrong choice stops
-        # the crawler here; given a client, the crawler makes none and needs none.
-        self._http_library: ModuleType | None = choose_http_library() if client is None else None
+        # Given a client, the crawler makes none; without one, the HTTP library is chosen
+        # now, so that a wrong TRIO_CRAWLER_HTTP stops the crawler here.
+        self._fetcher = Fetcher(
+            client=client,
+            max_size=self.config.max_size,
+            timeout=self.config.timeout,
+            user_agent=self.config.user_agent or DEFAULT_USER_AGENT,
+            keep_exchanges=on_exchange is not None,
+        )
         self.state = CrawlState(self.config, on_record=on_record)
-        self._user_agent = self.config.user_agent or DEFAULT_USER_AGENT
-        # Whether the workers' clients take a proxy from the environment: asked when the
-        # first one is made, not for each (see open_client).
-        self._proxy_from_environment: bool | None = None
         self._on_exchange = on_exchange
         self._on_progress = on_progress
         self._progress_interval = float(progress_interval)
         self.finish_reason: FinishReason | None = None
         self.elapsed = 0.0
-        self._client = client
         self._phase = Phase.NEW
         # Whether stop() was called: the one answer to that question, whatever the phase.
         self._stopping = False
@@ -223,20 +221,6 @@ class CrawlerBase(abc.ABC):
                 return
             request = result.request
 
-    def _fetch(
-        self, client: httpx.AsyncClient, request: FetchRequest
-    ) -> Coroutine[Any, Any, Outcome]:
-        """``fetch()`` with this crawl's options: what an engine's ``_attempt`` awaits."""
-        return fetch(
-            client,
-            request.url,
-            max_size=self.config.max_size,
-            keep_exchange=self._on_exchange is not None,
-            robots=request.robots,
-            # Our own clients carry the User-Agent already; a caller's gets it per request.
-            user_agent=self._user_agent if client is self._client else None,
-        )
-
     def _begin(self) -> float:
         """Enter ``crawl()``: check that this Crawler has not crawled; return the start time."""
         if self._phase is not Phase.NEW:
@@ -262,49 +246,3 @@ class CrawlerBase(abc.ABC):
                 self.finish_reason = "max-pages"
             else:
                 self.finish_reason = "finished"
-
-    def _timeout_failure(self, request: FetchRequest) -> FetchError:
-        """The outcome of an attempt that its cancel scope cut short: a network error."""
-        error = f"TimeoutError: attempt took longer than {self.config.timeout:g} s"
-        exchange = None
-        if self._on_exchange is not None:
-            exchange = Exchange(
-                url=request.url,
-                request_headers=(("user-agent", self._user_agent),),
-                error=error,
-                robots=request.robots,
-            )
-        return FetchError(error=error, retryable=True, exchange=exchange)
-
-    def _unexpected_failure(self, url: str, exc: Exception) -> FetchError:
-        """The outcome of an attempt that raised what ``fetch()`` does not expect.
-
-        It is logged with its traceback and recorded for that URL, not retried (the same
-        bug would strike again) and not raised (one odd URL must not end the crawl).
-        """
-        LOGGER.error("unexpected error fetching %s", url, exc_info=exc)
-        return FetchError(error=describe_exception(exc), retryable=False)
-
-    def _new_worker_client(self) -> httpx.AsyncClient:
-        """A client for one worker, which makes one request at a time.
-
-        A client per worker rather than one shared: see the README's "HTTP clients" for
-        the measurements. The SSL context is built once per process and shared, since
-        building one costs about a megabyte and tens of milliseconds.
-        """
-        assert self._http_library is not None, "a crawler given a client makes none"
-        if self._proxy_from_environment is None:
-            self._proxy_from_environment = environment_names_a_proxy()
-        return open_client(
-            library=self._http_library,
-            max_connections=1,
-            ssl_context=_default_ssl_context(),
-            user_agent=self._user_agent,
-            proxy_from_environment=self._proxy_from_environment,
-        )
-
-
-@functools.cache
-def _default_ssl_context() -> ssl.SSLContext:
-    """The system's default verifying context, made once: contexts are safe to share."""
-    return ssl.create_default_context()

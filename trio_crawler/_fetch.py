@@ -52,7 +52,9 @@ import contextlib
 import email.utils
 import functools
 import importlib
+import logging
 import os
+import ssl
 import time
 import urllib.request
 from typing import TYPE_CHECKING
@@ -62,12 +64,11 @@ import httpx
 
 from ._config import DEFAULT_MAX_SIZE, ConfigError
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
-from ._events import Exchange, FetchError, Outcome, Response, describe_exception
+from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._robots import PRODUCT_TOKEN
 from ._version import __version__
 
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import Mapping
     from types import ModuleType
 
@@ -384,3 +385,105 @@ def _exchange(
 
 def _header_pairs(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
+
+
+LOGGER = logging.getLogger("trio_crawler")
+
+
+class Fetcher:
+    """One crawl's way of making attempts: its HTTP clients and its fetch options, made once.
+
+    Every engine holds one and asks it for three things: a client for each worker
+    (:meth:`new_client`, unless the caller shared one), an attempt (:meth:`fetch`), and the
+    outcome of an attempt that never finished (:meth:`timed_out`, :meth:`unexpected`). The
+    engine keeps only what differs between engines: its cancel scopes and its scheduling.
+
+    Args:
+        client: A caller's client, shared by every worker and left open; None to make a
+            client per worker from the library ``TRIO_CRAWLER_HTTP`` chooses.
+        max_size: Most body bytes accepted, after Content-Encoding is undone.
+        timeout: Seconds one attempt may take (enforced by the engine; named in failures).
+        user_agent: The User-Agent header.
+        keep_exchanges: Attach each attempt as sent and received to its outcome (``--warc``).
+
+    Raises:
+        ConfigError: If ``client`` is None and ``TRIO_CRAWLER_HTTP`` names no installed
+            library.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: httpx.AsyncClient | None,
+        max_size: int,
+        timeout: float,
+        user_agent: str,
+        keep_exchanges: bool,
+    ) -> None:
+        self.client = client
+        self._library = choose_http_library() if client is None else None
+        self._max_size = max_size
+        self._timeout = timeout
+        self._user_agent = user_agent
+        self._keep_exchanges = keep_exchanges
+        # Whether worker clients take a proxy from the environment: asked when the first
+        # one is made, not for each (see open_client).
+        self._proxy_from_environment: bool | None = None
+
+    def new_client(self) -> httpx.AsyncClient:
+        """A client for one worker, which makes one request at a time.
+
+        A client per worker rather than one shared: see the README's "HTTP clients" for
+        the measurements. The SSL context is built once per process and shared, since
+        building one costs about a megabyte and tens of milliseconds.
+        """
+        assert self._library is not None, "a crawl given a client makes none"
+        if self._proxy_from_environment is None:
+            self._proxy_from_environment = environment_names_a_proxy()
+        return open_client(
+            library=self._library,
+            max_connections=1,
+            ssl_context=_default_ssl_context(),
+            user_agent=self._user_agent,
+            proxy_from_environment=self._proxy_from_environment,
+        )
+
+    async def fetch(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
+        """One attempt for ``request`` with this crawl's options (see :func:`fetch`)."""
+        return await fetch(
+            client,
+            request.url,
+            max_size=self._max_size,
+            keep_exchange=self._keep_exchanges,
+            robots=request.robots,
+            # Our own clients carry the User-Agent already; a caller's gets it per request.
+            user_agent=self._user_agent if client is self.client else None,
+        )
+
+    def timed_out(self, request: FetchRequest) -> FetchError:
+        """The outcome of an attempt that its cancel scope cut short: a network error."""
+        error = f"TimeoutError: attempt took longer than {self._timeout:g} s"
+        exchange = None
+        if self._keep_exchanges:
+            exchange = Exchange(
+                url=request.url,
+                request_headers=(("user-agent", self._user_agent),),
+                error=error,
+                robots=request.robots,
+            )
+        return FetchError(error=error, retryable=True, exchange=exchange)
+
+    def unexpected(self, url: str, exc: Exception) -> FetchError:
+        """The outcome of an attempt that raised what :func:`fetch` does not expect.
+
+        It is logged with its traceback and recorded for that URL, not retried (the same
+        bug would strike again) and not raised (one odd URL must not end the crawl).
+        """
+        LOGGER.error("unexpected error fetching %s", url, exc_info=exc)
+        return FetchError(error=describe_exception(exc), retryable=False)
+
+
+@functools.cache
+def _default_ssl_context() -> ssl.SSLContext:
+    """The system's default verifying context, made once: contexts are safe to share."""
+    return ssl.create_default_context()

@@ -54,8 +54,6 @@ from warcio.warcwriter import WARCWriter  # type: ignore[import-untyped]
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from ._events import Exchange
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -134,12 +132,7 @@ class WarcWriter:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def _write_records(self, exchange: Exchange) -> None:

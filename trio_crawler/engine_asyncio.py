@@ -53,8 +53,7 @@ __all__ = ["Crawler", "FinishReason"]
 class Crawler(CrawlerBase):
     """Crawl the web from ``roots`` with asyncio tasks and an ``asyncio.Queue``.
 
-    Takes the options of :class:`~trio_crawler._crawler.CrawlerBase`; construction raises
-    :class:`~trio_crawler.ConfigError` for an unusable one.
+    Its signature, options and attributes are :class:`~trio_crawler._crawler.CrawlerBase`'s.
     """
 
     def _init_engine(self) -> None:
@@ -156,7 +155,8 @@ class Crawler(CrawlerBase):
             self._queue.put_nowait(request)
 
     async def _work(self) -> None:
-        client = self._client if self._client is not None else self._new_worker_client()
+        shared = self._fetcher.client
+        client = shared if shared is not None else self._fetcher.new_client()
         try:
             while True:
                 request = await self._queue.get()
@@ -168,7 +168,7 @@ class Crawler(CrawlerBase):
                     # handling raised cannot leave join() waiting forever.
                     self._queue.task_done()
         finally:
-            if client is not self._client:
+            if client is not shared:
                 # The worker is being cancelled; asyncio delivers that once, so this
                 # await runs, but it is bounded in case the peer never answers.
                 async with asyncio.timeout(CLEANUP_TIMEOUT):
@@ -186,8 +186,8 @@ class Crawler(CrawlerBase):
         try:
             async with asyncio.timeout(self.config.timeout):
                 try:
-                    return await self._fetch(client, request)
+                    return await self._fetcher.fetch(client, request)
                 except Exception as exc:
-                    return self._unexpected_failure(request.url, exc)
+                    return self._fetcher.unexpected(request.url, exc)
         except TimeoutError:
-            return self._timeout_failure(request)
+            return self._fetcher.timed_out(request)

@@ -73,8 +73,7 @@ __all__ = ["Crawler", "FinishReason"]
 class Crawler(CrawlerBase):
     """Crawl the web from ``roots`` on Trio: the chapter's ``Crawler`` with cancel scopes.
 
-    Takes the options of :class:`~trio_crawler._crawler.CrawlerBase`; construction raises
-    :class:`~trio_crawler.ConfigError` for an unusable one.
+    Its signature, options and attributes are :class:`~trio_crawler._crawler.CrawlerBase`'s.
     """
 
     def _init_engine(self) -> None:
@@ -168,18 +167,18 @@ class Crawler(CrawlerBase):
         """One attempt, bounded by ``timeout``; never raises except Cancelled."""
         with trio.move_on_after(self.config.timeout):
             try:
-                return await self._fetch(client, request)
+                return await self._fetcher.fetch(client, request)
             except Exception as exc:
-                return self._unexpected_failure(request.url, exc)
-        return self._timeout_failure(request)
+                return self._fetcher.unexpected(request.url, exc)
+        return self._fetcher.timed_out(request)
 
     @asynccontextmanager
     async def _open_client(self) -> AsyncIterator[httpx.AsyncClient]:
         """The caller's shared client, or a client of this worker's own."""
-        if self._client is not None:
-            yield self._client
+        if self._fetcher.client is not None:
+            yield self._fetcher.client
             return
-        client = self._new_worker_client()
+        client = self._fetcher.new_client()
         try:
             yield client
         finally:

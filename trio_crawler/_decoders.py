@@ -65,17 +65,33 @@ class BodyDecoder:
 
     def feed(self, data: bytes) -> None:
         """Decode the next raw chunk of the body."""
-        for stage in self._stages:
-            data = stage.inflate(data, self._allowance())
-        self._take(data)
+        self._pump(data)
 
     def finish(self) -> bytes:
         """The whole decoded body, once every raw chunk has been fed."""
-        data = b""
-        for stage in self._stages:
-            data = stage.inflate(data, self._allowance()) + stage.flush()
-        self._take(data)
+        self._pump(b"")
+        for index, stage in enumerate(self._stages):
+            # What a stage still holds goes through the stages after it, and only them.
+            self._pump(stage.flush(), start=index + 1)
         return b"".join(self._parts)
+
+    def _pump(self, data: bytes, *, start: int = 0) -> None:
+        """Run ``data`` through the stages from ``start`` on, until none holds input back.
+
+        Each stage is asked for at most the bytes still allowed, so a stage may stop with
+        input left over (a chain's inner stage whose output is larger than what remains of
+        the limit); it keeps that input, and the next round carries on from it. Every round
+        with input left over made at least one byte somewhere, and each stage's output is
+        bounded by the allowance, so the rounds end and memory stays bounded.
+        """
+        stages = self._stages[start:]
+        while True:
+            for stage in stages:
+                data = stage.inflate(data, self._allowance())
+            self._take(data)
+            if not any(stage.holds_input for stage in stages):
+                return
+            data = b""
 
     def prefix(self) -> bytes:
         """The first ``max_size`` bytes, once ResponseTooLarge has been raised."""
@@ -112,9 +128,18 @@ class _Inflater:
         # deflate's first byte, when it came alone: zlib cannot judge its two-byte header
         # on one byte, so the choice between zlib and raw waits for the second.
         self._first_byte = b""
+        # Input not inflated yet because the last call had made its ``limit``.
+        self._held = b""
+
+    @property
+    def holds_input(self) -> bool:
+        """Whether input is left over from the last call, to be inflated by the next."""
+        return bool(self._held)
 
     def inflate(self, data: bytes, limit: int) -> bytes:
-        """Inflate ``data``; at most ``limit`` bytes come out (then the caller raises)."""
+        """Inflate what is held and ``data``; at most ``limit`` bytes come out, and input
+        left over is held for the next call."""
+        data, self._held = self._held + data, b""
         if self._raw_fallback and not self._started:
             data, self._first_byte = self._first_byte + data, b""
             if len(data) < 2:
@@ -140,6 +165,7 @@ class _Inflater:
                 self._zlib = zlib.decompressobj(self._wbits)
             else:
                 data = self._zlib.unconsumed_tail
+        self._held = data
         return b"".join(out)
 
     def flush(self) -> bytes:

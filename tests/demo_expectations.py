@@ -32,11 +32,16 @@ def is_redirect(page: DemoPage) -> bool:
     return page.status in REDIRECT_STATUSES and page.header("location") is not None
 
 
+def linked_pages(site: DemoSite) -> dict[str, DemoPage]:
+    """The site's pages but those only ``--sitemaps`` reaches."""
+    return {path: page for path, page in site.pages.items() if path not in site.sitemap_paths}
+
+
 def html_paths(site: DemoSite) -> frozenset[str]:
     """Paths of 200 responses the crawler parses for links (HTML and XHTML)."""
     return frozenset(
         path
-        for path, page in site.pages.items()
+        for path, page in linked_pages(site).items()
         if page.status == 200 and media_type(page) in PARSED_TYPES and not page.is_truncated
     )
 
@@ -45,7 +50,7 @@ def file_paths(site: DemoSite) -> frozenset[str]:
     """Paths of 200 responses recorded but not parsed (CSV, text, PNG, CSS)."""
     return frozenset(
         path
-        for path, page in site.pages.items()
+        for path, page in linked_pages(site).items()
         if page.status == 200 and media_type(page) not in PARSED_TYPES
     )
 
@@ -70,24 +75,27 @@ def failing_paths(site: DemoSite) -> frozenset[str]:
     return frozenset(path for path, page in site.pages.items() if page.is_truncated)
 
 
-def expected_statuses(site: DemoSite, root: str) -> dict[str, int | None]:
+def expected_statuses(
+    site: DemoSite, root: str, *, sitemaps: bool = False
+) -> dict[str, int | None]:
     """Every URL a correct crawl of ``root`` records, mapped to its record's ``status``
     (None for a failure), spelt as the crawler spells URLs.
 
     Only the root's scheme and authority are used. The URLs are every page of the site
     (parsed pages, redirects, redirect targets, files, the failing page) and every missing
     path; off-site redirect targets are not included (they are recorded as ``next_url``).
+    The sitemap and the pages only it lists are included with ``sitemaps``.
     """
     parts = urlsplit(root)
     origin = f"{parts.scheme}://{parts.netloc}"
+    pages = site.pages if sitemaps else linked_pages(site)
     statuses: dict[str, int | None] = {
-        origin + path: None if page.is_truncated else page.status
-        for path, page in site.pages.items()
+        origin + path: None if page.is_truncated else page.status for path, page in pages.items()
     }
     statuses.update((origin + path, NOT_FOUND.status) for path in site.missing_paths)
     return statuses
 
 
-def expected_urls(site: DemoSite, root: str) -> set[str]:
+def expected_urls(site: DemoSite, root: str, *, sitemaps: bool = False) -> set[str]:
     """The URLs of :func:`expected_statuses`."""
-    return set(expected_statuses(site, root))
+    return set(expected_statuses(site, root, sitemaps=sitemaps))

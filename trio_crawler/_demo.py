@@ -40,10 +40,15 @@ Layout (paths, and the crawler behaviour each one shows)::
     /xhtml/page.xhtml -> /xhtml/child.html
                                         application/xhtml+xml is parsed for links too
     /robots.txt                         404 for now: everything is allowed
+    /sitemap.xml                        the default sitemap (robots.txt names none): three
+                                        linked pages and two that no link reaches,
+    /sitemap-only/{archive-index,changelog}.html
+                                        which only --sitemaps finds
 
 Pages reached only through a feature (the redirect landing page, café, привет, the <base>
 targets, the XHTML child) are the proof: a crawler that mishandles the feature never finds them.
-A correct crawl of ``/`` makes 327 records (the tests work them out from the site's data):
+A correct crawl of ``/`` makes 327 records (the tests work them out from the site's data;
+with ``--sitemaps``, 330):
 312 parsed pages (311 HTML, 1 XHTML), 8 redirects, 2 error statuses (the 404 and the 302
 without Location), 4 other files and 1 failure.
 
@@ -66,6 +71,7 @@ handlers, which would take Ctrl-C away from the CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import logging
@@ -219,14 +225,36 @@ class DemoSite:
         pages: Path (percent-encoded, with ``?query`` when there is one) to response. Paths not
             in it answer :data:`NOT_FOUND`.
         missing_paths: Paths the site links to that are not in ``pages``: each is a 404 record.
+        sitemap_paths: Paths a crawl reaches only with ``--sitemaps``: ``/sitemap.xml`` and
+            the pages no link reaches that it lists.
+        sitemap_locs: The paths ``/sitemap.xml`` lists, in order.
     """
 
     pages: Mapping[str, DemoPage]
     missing_paths: frozenset[str]
+    sitemap_paths: frozenset[str]
+    sitemap_locs: tuple[str, ...]
 
     def lookup(self, target: str) -> DemoPage:
         """The response for a request target (path plus optional ``?query``)."""
         return self.pages.get(target, NOT_FOUND)
+
+
+# The one sitemap: robots.txt is a 404, so it is where a crawler with --sitemaps looks.
+SITEMAP_PATH = "/sitemap.xml"
+
+
+def sitemap_body(site: DemoSite, origin: str) -> bytes:
+    """``/sitemap.xml`` for the site served at ``origin`` (``http://127.0.0.1:8000``)."""
+    entries = "".join(
+        f"  <url><loc>{origin}{path.replace('&', '&amp;')}</loc></url>\n"
+        for path in site.sitemap_locs
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+        f"{entries}</urlset>\n"
+    ).encode()
 
 
 def build_demo_site(seed: int = 0) -> DemoSite:
@@ -337,9 +365,12 @@ class _SiteBuilder:
         self._files()
         self._charsets()
         self._base_and_markup()
+        sitemap_paths, sitemap_locs = self._sitemap()
         return DemoSite(
             pages=types.MappingProxyType(dict(sorted(self.pages.items()))),
             missing_paths=frozenset({"/missing.html"}),
+            sitemap_paths=sitemap_paths,
+            sitemap_locs=sitemap_locs,
         )
 
     # Text ------------------------------------------------------------------------------
@@ -573,6 +604,26 @@ class _SiteBuilder:
             b"/* url(/static/never-fetched.png) is not a link the crawler follows */\n",
         )
 
+    def _sitemap(self) -> tuple[frozenset[str], tuple[str, ...]]:
+        """``/sitemap.xml`` (robots.txt is a 404, so it is the default one): a few linked
+        pages and two that no link reaches, which only ``--sitemaps`` finds.
+
+        Returns the paths only ``--sitemaps`` reaches, and the paths the sitemap lists. Its
+        ``<loc>``s must be absolute, and the site's origin is known only when it is served,
+        so the body is written per request (:func:`sitemap_body`).
+        """
+        hidden = ("/sitemap-only/archive-index.html", "/sitemap-only/changelog.html")
+        for path in hidden:
+            self.pages[path] = _html_page(
+                _document(
+                    "Listed only in the sitemap",
+                    f"<p>No page links here: {path} is found through /sitemap.xml.</p>"
+                    f"<p>{self._paragraph(_SENTENCES)}</p>",
+                )
+            )
+        self.pages[SITEMAP_PATH] = _file("application/xml; charset=utf-8", b"")
+        return frozenset([SITEMAP_PATH, *hidden]), ("/", "/features/", "/archive?page=1", *hidden)
+
     def _charsets(self) -> None:
         # The link path is written in the page's own charset, so it only resolves to the
         # real page when the crawler decodes the page with the right charset.
@@ -692,10 +743,12 @@ async def _run_lifespan(receive: ASGIReceiveCallable, send: ASGISendCallable) ->
 
 
 async def _respond(site: DemoSite, scope: HTTPScope, send: ASGISendCallable) -> None:
-    if scope["method"] in ("GET", "HEAD"):
-        page = site.lookup(_request_target(site, scope))
-    else:
+    if scope["method"] not in ("GET", "HEAD"):
         page = METHOD_NOT_ALLOWED
+    elif (target := _request_target(site, scope)) == SITEMAP_PATH:
+        page = dataclasses.replace(site.lookup(target), body=sitemap_body(site, _origin(scope)))
+    else:
+        page = site.lookup(target)
     headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in page.headers]
     if page.header("content-length") is None:
         headers.append((b"content-length", str(len(page.body)).encode("ascii")))
@@ -707,6 +760,15 @@ async def _respond(site: DemoSite, scope: HTTPScope, send: ASGISendCallable) -> 
     # finish mid-response and closes the connection, which the client reports as a protocol
     # error. Nothing is logged, so the failure is quiet on the server side.
     await send({"type": "http.response.body", "body": page.body, "more_body": page.is_truncated})
+
+
+def _origin(scope: HTTPScope) -> str:
+    """The origin the client asked for: its Host header, else the address it reached."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"host":
+            return f"{scope['scheme']}://{value.decode('latin-1')}"
+    host, port = scope["server"] or ("127.0.0.1", 80)
+    return f"{scope['scheme']}://{host}:{port}"
 
 
 def _request_target(site: DemoSite, scope: HTTPScope) -> str:

@@ -35,7 +35,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 # The chapter's signature first (client where its loop was), then this port's additions.
 SIGNATURE = (
     "(roots, *, exclude=None, strict=True, max_redirect=10, max_tries=4, max_tasks=10, "
-    "client=None, timeout=10.0, max_time=None, max_pages=None, max_depth=None, "
+    "client=None, sitemaps=False, timeout=10.0, max_time=None, max_pages=None, max_depth=None, "
     "max_size=10485760, max_url_length=2083, obey_robots=True, user_agent=None, "
     "max_per_host=None, delay=0.0, on_record=None, on_exchange=None, on_progress=None, "
     "progress_interval=0.1)"
@@ -187,6 +187,7 @@ def test_crawler_passes_every_option_to_its_config() -> None:
         max_redirect=1,
         max_tries=2,
         max_tasks=3,
+        sitemaps=True,
         timeout=4.0,
         max_time=5.0,
         max_pages=6,
@@ -247,6 +248,7 @@ def test_command_line_defaults_are_the_apis_but_max_tasks() -> None:
         (["--max-size", "100"], "max_size", 100),
         (["--max-url-length", "50"], "max_url_length", 50),
         (["--ignore-robots"], "obey_robots", False),
+        (["--sitemaps"], "sitemaps", True),
         (["--user-agent", "bot/1"], "user_agent", "bot/1"),
         (["--max-per-host", "2"], "max_per_host", 2),
         (["--delay", "0.5"], "delay", 0.5),

@@ -27,6 +27,7 @@ import encodings.aliases
 import functools
 import html
 import os
+import xml.sax.saxutils
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -646,6 +647,20 @@ ROBOTS_BODIES = st.one_of(
 def outcomes(draw: st.DrawFn, request: FetchRequest) -> Outcome:
     """One attempt's outcome as an engine could report it, whatever the server did."""
     kind = draw(st.sampled_from(["page"] * 5 + ["redirect", "error", "anything", "anything"]))
+    if kind == "page" and request.sitemap:
+        # A sitemap (--sitemaps) listing hrefs as pages, or as sitemaps when it is an index.
+        locs = "".join(
+            f"<loc>{xml.sax.saxutils.escape(href)}</loc>"
+            for href in draw(st.lists(CORE_HREFS, max_size=6))
+        )
+        tag = draw(st.sampled_from(["url", "sitemap"]))
+        wrapper = "urlset" if tag == "url" else "sitemapindex"
+        return Response(
+            status=200,
+            content_type="application/xml",
+            # Lone surrogates become bytes that are not UTF-8: a sitemap the parser refuses.
+            body=f"<{wrapper}><{tag}>{locs}</{tag}></{wrapper}>".encode("utf-8", "surrogatepass"),
+        )
     if kind == "page" and not request.robots:
         # A page with links the crawl can follow, so that the frontier grows.
         return Response(
@@ -688,6 +703,7 @@ LIMIT_OPTIONS: dict[str, st.SearchStrategy[Any]] = {
     "max_url_length": st.sampled_from([None, None, None, 20, 40, 80]),
     "max_per_host": st.sampled_from([None, None, 1, 2]),
     "delay": st.sampled_from([None, None, 0.5, 2.0]),
+    "sitemaps": st.sampled_from([None, None, True]),
 }
 
 
@@ -784,6 +800,7 @@ class Driver:
         config = state.config
         assert self.written == state.done  # every record reached on_record, in order
         urls = [record.url for record in state.done]
+        sitemaps = {request.url for request in self.handed_out if request.sitemap}
         assert len(set(urls)) == len(urls), "a URL has two records"
         for record in state.done:
             assert_good_url(record.url)
@@ -795,7 +812,11 @@ class Driver:
                 if urlsplit(record.next_url).scheme in ("http", "https"):
                     assert_good_url(record.next_url)
             assert 0 <= record.num_new_urls <= record.num_urls
-            if record.encoding is not None and record.exception is not None:
+            if record.url in sitemaps:
+                # A sitemap that could not be read to its end says why (a ParseError, a DTD
+                # refused): its 200 record carries that exception with its encoding.
+                assert record.status == 200 or record.encoding is None, record
+            elif record.encoding is not None and record.exception is not None:
                 # A status-200 fetch that failed (too large, undecodable) has an encoding
                 # too. Any other exception on a record with one means the extractor
                 # raised, which it promises never to do (the core only catches it to keep

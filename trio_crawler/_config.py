@@ -301,6 +301,13 @@ class CrawlOptions:
         section=LIMITS,
         chapter=True,
     )
+    sitemaps: bool = option(
+        False,
+        help="also crawl what each root origin's sitemaps list (robots.txt Sitemap: lines, "
+        "else /sitemap.xml)",
+        check=truth,
+        flags=("--sitemaps",),
+    )
     timeout: float = option(
         DEFAULT_TIMEOUT,
         help="limit for one whole request attempt, connect to last byte",
@@ -402,6 +409,7 @@ class CrawlKeywords(TypedDict, total=False):
     max_redirect: int
     max_tries: int
     max_tasks: int
+    sitemaps: bool
     timeout: float
     max_time: float | None
     max_pages: int | None

@@ -25,6 +25,9 @@ class FetchRequest:
         redirects_left: How many more redirects may be followed from the chain this URL is in.
         attempt: 1 for the first try; the core hands out ``attempt + 1`` for a retry.
         depth: Link hops from a root (a redirect is not a hop).
+        sitemap: 0 for a page; for a sitemap (``--sitemaps``), its level: 1 for one that
+            robots.txt names (or ``/sitemap.xml``), 2 for one that an index of level 1
+            names, and so on.
         robots: True for a :class:`RobotsRequest` (a class attribute, so a million queued
             requests don't each carry it).
     """
@@ -34,6 +37,7 @@ class FetchRequest:
     redirects_left: int
     attempt: int = 1
     depth: int = 0
+    sitemap: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

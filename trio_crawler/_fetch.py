@@ -66,6 +66,7 @@ from ._config import DEFAULT_MAX_SIZE, ConfigError
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._robots import PRODUCT_TOKEN
+from ._sitemaps import MAX_SITEMAP_BYTES
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -453,7 +454,8 @@ class Fetcher:
         return await fetch(
             client,
             request.url,
-            max_size=self._max_size,
+            # A sitemap may be larger than a page, but never beyond the protocol's limit.
+            max_size=min(self._max_size, MAX_SITEMAP_BYTES) if request.sitemap else self._max_size,
             keep_exchange=self._keep_exchanges,
             robots=request.robots,
             # Our own clients carry the User-Agent already; a caller's gets it per request.

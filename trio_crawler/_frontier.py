@@ -120,13 +120,16 @@ class Added:
 class _Batch:
     """URLs queued together (one page's new links), handed out from ``next_index`` on."""
 
-    __slots__ = ("depth", "next_index", "redirects_left", "sequence", "urls")
+    __slots__ = ("depth", "next_index", "redirects_left", "sequence", "sitemap", "urls")
 
-    def __init__(self, sequence: int, urls: list[str], *, depth: int, redirects_left: int):
+    def __init__(
+        self, sequence: int, urls: list[str], *, depth: int, redirects_left: int, sitemap: int
+    ):
         self.sequence = sequence
         self.urls = urls
         self.depth = depth
         self.redirects_left = redirects_left
+        self.sitemap = sitemap
         self.next_index = 0
 
 
@@ -226,12 +229,21 @@ class MemoryFrontier:
 
     # -- adding --------------------------------------------------------------------------
 
-    def add(self, urls: Iterable[str], *, depth: int, redirects_left: int) -> Added:
+    def add(
+        self,
+        urls: Iterable[str],
+        *,
+        depth: int,
+        redirects_left: int,
+        sitemap: int = 0,
+        first: bool = False,
+    ) -> Added:
         """Mark ``urls`` seen and queue the new ones, one batch per origin, in order.
 
         A URL whose origin's rules are known and forbid it is seen but not queued (and
         logged); one whose origin's robots.txt is not known yet is queued and checked when
-        it is taken.
+        it is taken. ``sitemap`` marks them as sitemaps of that level; ``first`` puts them
+        ahead of everything their origin has queued (sitemaps go right after robots.txt).
         """
         by_origin: dict[str, list[str]] = {}
         new = disallowed = 0
@@ -255,10 +267,24 @@ class MemoryFrontier:
                     delay=self._delay,
                     rules=None if self._obey_robots else RobotsRules(),
                 )
-            self._sequence += 1
-            origin.batches.append(
-                _Batch(self._sequence, batch_urls, depth=depth, redirects_left=redirects_left)
-            )
+            if first:
+                origin.requeued.extendleft(
+                    FetchRequest(
+                        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap
+                    )
+                    for url in reversed(batch_urls)
+                )
+            else:
+                self._sequence += 1
+                origin.batches.append(
+                    _Batch(
+                        self._sequence,
+                        batch_urls,
+                        depth=depth,
+                        redirects_left=redirects_left,
+                        sitemap=sitemap,
+                    )
+                )
             self._push(origin, len(batch_urls))
         return Added(new=new, disallowed=disallowed)
 
@@ -435,7 +461,9 @@ class MemoryFrontier:
         batch.next_index += 1
         if batch.next_index == len(batch.urls):
             origin.batches.popleft()
-        return FetchRequest(url=url, redirects_left=batch.redirects_left, depth=batch.depth)
+        return FetchRequest(
+            url=url, redirects_left=batch.redirects_left, depth=batch.depth, sitemap=batch.sitemap
+        )
 
     def _lease(self, origin: _Origin, request: FetchRequest, now: float) -> None:
         self._in_flight.add(request.url)

@@ -15,6 +15,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 
 from ._events import describe_exception
 from ._links import PARSED_MEDIA_TYPES, choose_encoding, extract_links, parse_content_type
+from ._sitemaps import read_sitemap
 from ._stats import FetchStatistic
 from ._urls import normalize_url
 
@@ -90,6 +91,78 @@ def read_page(url: str, response: Response, *, scope: Scope, max_url_length: int
         num_urls=len(in_scope),
     )
     return PageReading(record=record, links=tuple(in_scope), too_long=too_long)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SitemapReading:
+    """A sitemap read: its record, and the pages and sitemaps it lists, in scope.
+
+    Attributes:
+        record: The sitemap's record, ``num_urls`` counting both kinds of ``<loc>`` and
+            ``num_new_urls`` still 0 (see :meth:`PageReading.with_new`).
+        pages: The in-scope page URLs it lists, in its order, without repeats.
+        sitemaps: The in-scope sitemap URLs an index lists, likewise.
+        too_long: ``<loc>`` entries skipped for being longer than ``--max-url-length``.
+    """
+
+    record: FetchStatistic
+    pages: tuple[str, ...] = ()
+    sitemaps: tuple[str, ...] = ()
+    too_long: int = 0
+
+    def with_new(self, count: int) -> FetchStatistic:
+        """The record, with ``count`` of its URLs new to the crawl."""
+        return replace(self.record, num_new_urls=count) if count else self.record
+
+
+def read_sitemap_response(
+    url: str, response: Response, *, scope: Scope, max_url_length: int, max_size: int
+) -> SitemapReading:
+    """Read a sitemap's response into its record and the URLs it lists.
+
+    A status other than 200 is a record like any page's. A 200 is read as a sitemap
+    whatever its Content-Type (gzip by its first bytes, XML, or text); what could not be
+    read (a DTD, broken XML, a gzip bomb cut at the limit) is the record's ``exception``,
+    and the entries read before it are kept.
+    """
+    if response.status != 200:
+        return SitemapReading(
+            record=read_page(url, response, scope=scope, max_url_length=max_url_length).record
+        )
+    content = read_sitemap(response.body, max_size=max_size)
+    pages, pages_too_long = _locs_in_scope(content.pages, url, scope, max_url_length)
+    sitemaps, sitemaps_too_long = _locs_in_scope(content.sitemaps, url, scope, max_url_length)
+    too_long = pages_too_long + sitemaps_too_long
+    media_type, charset = parse_content_type(response.content_type)
+    record = FetchStatistic(
+        url=url,
+        status=200,
+        exception=content.problem,
+        size=len(response.body),
+        content_type=media_type,
+        encoding=choose_encoding(b"", charset),
+        num_urls=len(pages) + len(sitemaps),
+    )
+    if content.problem is not None:
+        LOGGER.info("sitemap %s: %s", url, content.problem)
+    return SitemapReading(record=record, pages=pages, sitemaps=sitemaps, too_long=too_long)
+
+
+def _locs_in_scope(
+    locs: tuple[str, ...], base: str, scope: Scope, max_url_length: int
+) -> tuple[tuple[str, ...], int]:
+    """The ``<loc>`` URLs resolved, in scope and without repeats; and how many were too long."""
+    kept: dict[str, None] = {}  # a dict keeps the sitemap's order
+    too_long = 0
+    for loc in locs:
+        link = normalize_url(loc, base)
+        if link is None:
+            continue
+        if len(link) > max_url_length:
+            too_long += 1
+        elif scope.allows(link):
+            kept[link] = None
+    return tuple(kept), too_long
 
 
 def read_failure(url: str, failure: FetchError) -> FetchStatistic:

@@ -58,6 +58,13 @@ class RobotsRules:
         return bool(self.parsed.can_fetch(url, PRODUCT_TOKEN))
 
     @property
+    def sitemaps(self) -> tuple[str, ...]:
+        """The URLs of the file's ``Sitemap:`` lines, as written (they apply to every agent)."""
+        if self.parsed is None:
+            return ()
+        return tuple(self.parsed.sitemaps)
+
+    @property
     def crawl_delay(self) -> float | None:
         """Seconds between requests the file asks of this crawler, if any."""
         if self.parsed is None:

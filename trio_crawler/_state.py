@@ -67,8 +67,9 @@ from ._events import (
     RobotsSettled,
 )
 from ._frontier import Disallowed, MemoryFrontier, OutOfBudget, Unfetchable
-from ._page import read_failure, read_page, redirect_target
-from ._robots import RobotsRules
+from ._page import read_failure, read_page, read_sitemap_response, redirect_target
+from ._robots import RobotsRules, origin_of
+from ._sitemaps import MAX_SITEMAP_LEVELS
 from ._stats import FetchStatistic
 from ._urls import normalize_url
 
@@ -145,6 +146,11 @@ class CrawlState:
         self._scheduling = True
         for root in config.roots:  # a batch each, so that roots go out in the order given
             self.frontier.add([root], redirects_left=config.max_redirect, depth=0)
+        # Sitemaps are read for the roots' origins only: robots.txt names them per origin.
+        self._root_origins = frozenset(origin_of(root) for root in config.roots)
+        if config.sitemaps and not config.obey_robots:
+            for origin in dict.fromkeys(origin_of(root) for root in config.roots):
+                self._add_sitemaps(origin, ())
 
     # -- what engines call -------------------------------------------------------------
 
@@ -249,6 +255,8 @@ class CrawlState:
             return self._retry_later(request, outcome, now)
         if outcome.status in REDIRECT_STATUSES and outcome.location:
             return self._redirected(request, outcome)
+        if request.sitemap:
+            return self._sitemap(request, outcome)
         return self._page(request, outcome)
 
     def put_back(self, request: FetchRequest) -> None:
@@ -334,7 +342,12 @@ class CrawlState:
             LOGGER.info("redirect to a URL longer than --max-url-length from %s", request.url)
         elif request.redirects_left > 0:
             LOGGER.info("redirect to %s from %s", target, request.url)
-            self._add([target], redirects_left=request.redirects_left - 1, depth=request.depth)
+            self._add(
+                [target],
+                redirects_left=request.redirects_left - 1,
+                depth=request.depth,
+                sitemap=request.sitemap,
+            )
         else:
             LOGGER.warning("redirect limit reached for %s from %s", target, request.url)
         return recorded
@@ -358,9 +371,16 @@ class CrawlState:
             new = self._add(reading.links, redirects_left=config.max_redirect, depth=depth)
         return self._complete(request, reading.with_new(new))
 
-    def _add(self, urls: tuple[str, ...] | list[str], *, redirects_left: int, depth: int) -> int:
+    def _add(
+        self,
+        urls: tuple[str, ...] | list[str],
+        *,
+        redirects_left: int,
+        depth: int,
+        sitemap: int = 0,
+    ) -> int:
         """Offer links to the frontier; how many were new."""
-        added = self.frontier.add(urls, redirects_left=redirects_left, depth=depth)
+        added = self.frontier.add(urls, redirects_left=redirects_left, depth=depth, sitemap=sitemap)
         if added.disallowed:
             self.limit_counts[ROBOTS_DISALLOWED] += added.disallowed
         return added.new
@@ -410,4 +430,66 @@ class CrawlState:
         if rules.crawl_delay is not None and rules.crawl_delay > self.config.delay:
             delay = min(rules.crawl_delay, MAX_HOST_DELAY)
         self.frontier.robots_settled(request, rules=rules, delay=delay, now=now)
+        if self.config.sitemaps and request.origin in self._root_origins:
+            self._add_sitemaps(request.origin, rules.sitemaps)
         return RobotsSettled(request.origin)
+
+    # -- sitemaps ----------------------------------------------------------------------
+
+    def _add_sitemaps(self, origin: str, named: tuple[str, ...]) -> None:
+        """Queue a root origin's sitemaps first in its line: those robots.txt names, or
+        ``/sitemap.xml`` when it names none. Each must be in scope and no longer than
+        ``--max-url-length``, like any link."""
+        base = origin + "/"
+        urls = [normalize_url(url, base) for url in named] or [origin + "/sitemap.xml"]
+        sitemaps = []
+        for url in urls:
+            if url is None or not self.config.scope.allows(url):
+                continue
+            if len(url) > self.config.max_url_length:
+                self.limit_counts[LINKS_TOO_LONG] += 1
+            else:
+                sitemaps.append(url)
+        LOGGER.debug("sitemaps of %s: %s", origin, sitemaps)
+        added = self.frontier.add(
+            sitemaps, redirects_left=self.config.max_redirect, depth=0, sitemap=1, first=True
+        )
+        if added.disallowed:
+            self.limit_counts[ROBOTS_DISALLOWED] += added.disallowed
+
+    def _sitemap(self, request: FetchRequest, response: Response) -> Recorded:
+        """A sitemap's record; its pages join the crawl one hop from the root, and the
+        sitemaps an index names are read in turn, up to MAX_SITEMAP_LEVELS deep."""
+        config = self.config
+        reading = read_sitemap_response(
+            request.url,
+            response,
+            scope=config.scope,
+            max_url_length=config.max_url_length,
+            max_size=config.max_size,
+        )
+        if reading.too_long:
+            self.limit_counts[LINKS_TOO_LONG] += reading.too_long
+        new = 0
+        if reading.sitemaps:
+            if request.sitemap < MAX_SITEMAP_LEVELS:
+                new += self._add(
+                    reading.sitemaps,
+                    redirects_left=config.max_redirect,
+                    depth=0,
+                    sitemap=request.sitemap + 1,
+                )
+            else:
+                new += self.frontier.unseen(reading.sitemaps)
+                LOGGER.info(
+                    "%s: sitemap indexes nested deeper than %d", request.url, request.sitemap
+                )
+        if reading.pages:
+            # A page a sitemap lists is one hop from the root, as a link on it would be.
+            if config.max_depth is not None and config.max_depth < 1:
+                unseen = self.frontier.unseen(reading.pages)
+                self.limit_counts[BEYOND_MAX_DEPTH] += unseen
+                new += unseen
+            else:
+                new += self._add(reading.pages, redirects_left=config.max_redirect, depth=1)
+        return self._complete(request, reading.with_new(new))

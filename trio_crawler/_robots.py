@@ -77,9 +77,11 @@ def origin_of(url: str) -> str:
     """``scheme://host[:port]`` of a URL that ``normalize_url`` produced.
 
     The unit robots.txt and the per-host limits apply to (RFC 9309 section 2.3: scheme, host
-    and port). Normalised URLs carry no default port and a lower-case host, so the prefix
-    before the path is already the canonical origin; only a userinfo part is dropped. This
-    runs once per queued URL, so it slices rather than parses.
+    and port). Normalised URLs are in the WHATWG URL Standard's spelling: no default port,
+    the host lower-case and canonical (IDNA, IPv4 in four decimals, IPv6 compressed), so the
+    prefix before the path is already the canonical origin; only a userinfo part is dropped
+    (the standard percent-encodes "@" and "/" inside it, so the last "@" ends it). This runs
+    once per queued URL, so it slices rather than parses.
     """
     start = url.index("://") + 3
     end = url.find("/", start)

@@ -1,19 +1,34 @@
-"""URL normalisation and crawl scope. Pure functions: no I/O, no event loop.
+"""URL resolution, normalisation and crawl scope. Pure functions: no I/O, no event loop.
 
-Theory of operation: every URL the crawler keeps (a root, a link, a redirect target) passes
-through :func:`normalize_url` once, and the seen-set, the records and the requests all use
-that one spelling. Normalising before the seen-set test is what makes ``http://Example.com:80/``
-and ``http://example.com/`` one page rather than two fetches. The rules are the small, safe
-subset that every server treats as equivalent (RFC 3986 section 6.2.2 and 6.2.3): lower-case
-scheme and host, IDNA host, no default port, ``/`` for an empty path, percent-encoding of
-characters that may not appear raw, and no fragment. Nothing that could change which resource
-a server returns (dot segments inside the query, case of the path) is touched.
+Theory of operation: every URL the crawler keeps (a root, a link, a ``<base href>``, a
+redirect target) passes through :func:`normalize_url` once, and the seen-set, the scope
+check, robots.txt and the requests all use that one spelling.
 
-Anything that cannot be made into an absolute http(s) URL with a valid host and port gives
-None: a bad link on a page is the web's problem, so it is skipped, never raised.
+*Resolution and spelling are the browser's.* A link is resolved and serialised by the WHATWG
+URL Standard, the algorithm behind a browser's ``a.href``, through ada-url (the C++ parser
+Node.js uses, which agrees with every case of the Web Platform Tests' URL suite). So the
+crawler follows the URL a browser would follow, tricky hrefs included: dot segments are
+removed (``/a/../b`` and ``/a/%2e%2e/b`` are ``/b``), ``\\`` is ``/`` in http(s) URLs, a host
+is lower-cased and mapped by UTS-46 (``faß.ExAmPlE`` is ``xn--fa-hia.example``), an IPv4
+host in any of its number forms is written as four decimals (``0x7f.1`` and ``2130706433``
+are ``127.0.0.1``; ``192.168.0.257`` is refused), an IPv6 host is compressed, the default
+port goes, an empty path is ``/``, and characters that may not appear raw are
+percent-encoded. It also makes the seen-set work: ``http://Example.com:80/`` and
+``http://example.com/`` are one page, not two fetches.
+
+*What the crawler adds on top* is one equivalence that every server honours: the fragment is
+dropped, always. It never reaches the server (a browser does not send it), so ``/a#x`` and
+``/a#y`` are one request. Nothing else is changed: an empty query stays (``/b?`` is
+requested as ``GET /b?``, which a server may answer differently from ``GET /b``, and the
+browser keeps it), as do the path's case and percent-escapes.
+
+Anything that is not an absolute http or https URL after resolution (another scheme, or a
+string the standard calls a failure) gives None: a bad link on a page is the web's problem,
+so it is skipped, never raised.
 
 :class:`Scope` answers the chapter's question "should this link be crawled?": scheme, the
-``--exclude`` regex, and host matching against the roots' hosts (strict or lenient).
+``--exclude`` regex, and host matching against the roots' hosts (strict or lenient), on the
+hosts as the standard spells them.
 """
 
 from __future__ import annotations
@@ -21,71 +36,68 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import TYPE_CHECKING
-from urllib.parse import SplitResult, quote, urljoin, urlsplit, urlunsplit
+
+from ada_url import join_url, parse_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 _SCHEMES = frozenset({"http", "https"})
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-# WHATWG URL parsing strips leading and trailing C0 controls and spaces, and removes tabs and
-# newlines anywhere; browsers do this before following an href, so a link that works in a
-# browser works here.
-_STRIP = "".join(chr(code) for code in range(0x21))
-_TAB_OR_NEWLINE = re.compile(r"[\t\n\r]")
-# Characters left as they are when percent-encoding a path or query: RFC 3986 reserved and
-# unreserved characters, plus "%" so that existing escapes are not encoded twice.
-_SAFE_PATH = "/%:@!$&'()*+,;=-._~"
-_SAFE_QUERY = _SAFE_PATH + "?"
-# Characters that may not appear in a host after IDNA: WHATWG's forbidden domain code points
-# that urlsplit lets through (C0 controls, space, DEL, "%", "<", ">", "^", "|", "\\") plus
-# the other characters RFC 3986 does not allow in a reg-name.
-_FORBIDDEN_HOST_CHARS = frozenset(_STRIP + '%<>"\\^`{|}\x7f:[]')
-# A bracketed host with an optional port, the whole host-and-port part of a netloc.
-_BRACKETED_HOST = re.compile(r"\[[^\]]*\](?::[0-9]*)?")
+_HTTP_PREFIXES = ("http://", "https://")
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+# parse_url returns only the attributes asked for; the serialisation is all we need.
+_HREF_ONLY = ("href",)
 
 
 def normalize_url(href: str, base: str | None = None) -> str | None:
-    """Resolve ``href`` against ``base`` and normalise it.
+    """Resolve ``href`` against ``base`` as a browser does, and drop the fragment.
+
+    Args:
+        href: The link as written (an attribute value, a Location header, a root).
+        base: The URL it is relative to, or None for an absolute ``href``. A base that is
+            not a URL at all resolves nothing, but an absolute ``href`` needs no base.
 
     Returns:
-        The absolute http(s) URL without a fragment, or None when ``href`` cannot be one
-        (another scheme, no host, a bad port, an unencodable character, a malformed IPv6 host).
+        The absolute http(s) URL in the WHATWG URL Standard's serialisation, without a
+        fragment; or None when ``href`` is not one (another scheme, or a failure).
     """
-    href = _TAB_OR_NEWLINE.sub("", href.strip(_STRIP))
     try:
-        # Joined even without a base: urljoin also drops an empty ";params" part, so a URL
-        # must pass through it either way to have one spelling.
-        absolute = urljoin(base or href, href)
-        parts = urlsplit(absolute)
-        scheme = parts.scheme.lower()
-        if scheme not in _SCHEMES:
+        url = join_url(base, href) if base else parse_url(href, _HREF_ONLY)["href"]
+    except ValueError:
+        # The standard's failure (for instance "http://1.2.3.08/"), a bad base, or a string
+        # that cannot be encoded as UTF-8 (a lone surrogate).
+        if not base:
             return None
-        netloc = _normalize_netloc(parts, scheme)
-        if netloc is None:
+        # An absolute href parses the same with or without a base, so only a base that is
+        # not a URL ("", "not a url") changes anything here: a browser's documents always
+        # have a valid one, a caller's may not.
+        try:
+            url = parse_url(href, _HREF_ONLY)["href"]
+        except ValueError:
             return None
-        path = quote(parts.path, safe=_SAFE_PATH) or "/"
-        query = quote(parts.query, safe=_SAFE_QUERY)
-    except (ValueError, UnicodeError):
-        # urlsplit raises ValueError for "http://[::1"; .port for "99999"; quote raises
-        # UnicodeEncodeError for lone surrogates.
+    if not url.startswith(_HTTP_PREFIXES):
         return None
-    return urlunsplit((scheme, netloc, path, query, ""))
+    # The serialisation percent-encodes "#" everywhere but at the fragment's start.
+    fragment = url.find("#")
+    return url if fragment < 0 else url[:fragment]
 
 
-# An href that needs none of normalize_url's repairs once its fragment is cut: only
-# characters that percent-encoding leaves alone in a path or query, and no whitespace,
-# backslash or non-ASCII character. Nor ";": urljoin still splits RFC 2396 "parameters"
-# off the last segment, with rules of their own.
-_PLAIN_HREF = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,=:@/?%]*")
-# What urlsplit takes for a scheme (RFC 3986, section 3.1).
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
-# A plain href that is an absolute URL already in normalize_url's spelling, but for an empty
-# path or query: lower-case scheme, a host of lower-case ASCII labels of 1 to 63 characters
-# (which IDNA leaves as they are), a port without leading zeros, then the path and query.
-# Anything else (upper case, userinfo, a trailing dot, brackets) takes the general path.
-_PLAIN_ABSOLUTE = re.compile(
-    r"(https?)://(?:[a-z0-9\-]{1,63}\.)*[a-z0-9\-]{1,63}(?::([1-9][0-9]{0,4}))?([/?].*)?"
+# An href the standard copies into the URL unchanged once its fragment is cut: no character
+# that is percent-encoded in a path or in an http(s) query ("'" is, in a query), no
+# whitespace or control character (stripped or removed), no "\\" (a "/" in http(s) URLs),
+# and no non-ASCII character. Nor "%2e" (a "." when it makes up a dot segment), which
+# LinkResolver.resolve tests for apart: a regex alternation for it costs more than the test.
+_PLAIN_HREF = re.compile(r"[A-Za-z0-9\-._~!$&()*+,;=:@/?%]*")
+# A scheme at the start of an href (the standard's scheme state): an ASCII letter, then
+# letters, digits, "+", "-" and ".", then ":". Anything else before a ":" is a path.
+_SCHEME_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+# The scheme and authority of a plain absolute URL in the standard's spelling: lower-case
+# scheme and host, a host of lower-case ASCII labels whose last label starts with a letter
+# (so the host is no IPv4 address in any of its number forms), a port without leading zeros,
+# then the end of the authority. Anything else (upper case, userinfo, a trailing dot,
+# brackets) takes the general path; so do "xn--" labels, which UTS-46 checks (tested apart).
+_PLAIN_AUTHORITY = re.compile(
+    r"(https?)://(?:[a-z0-9\-]+\.)*[a-z][a-z0-9\-]*(?::([1-9][0-9]{0,4}))?(?=[/?]|\Z)"
 )
 
 
@@ -93,99 +105,99 @@ class LinkResolver:
     """``normalize_url(href, base)`` for many hrefs on one page, with a fast path.
 
     Nearly every link on a real page is a plain relative reference (``page.html``,
-    ``/about``, ``../up``, ``?page=2``) or an absolute URL already spelled the way
-    :func:`normalize_url` would spell it (``https://docs.python.org/3/``). For those,
-    resolving against the already normalised page URL is string concatenation plus, where
-    ``.`` segments appear, RFC 3986's remove_dot_segments; ``urljoin``, ``urlsplit``,
-    ``quote`` and IDNA (20 to 40 µs per link) would only confirm that nothing changes.
-    Anything else (another scheme's link that must be parsed, ``//host``, upper case, a
-    character that needs encoding) takes the general path, so the result is always exactly
-    :func:`normalize_url`'s; property tests hold the two together.
+    ``/about``, ``../up``, ``?page=2``, ``#top``) or an absolute URL already spelled the way
+    the standard spells it (``https://docs.python.org/3/``). For those, resolving against
+    the page's URL (already in the standard's spelling) is string concatenation plus, where
+    ``.`` segments appear, the standard's removal of dot segments: 1 to 2 µs, where a call
+    into the parser is about 6 µs. Anything else (``//host``, a scheme in upper case, a
+    character the standard encodes, strips or maps) takes the general path, so the result
+    is always exactly :func:`normalize_url`'s; a property test and the Web Platform Tests'
+    URL cases hold the two together.
 
     Args:
         base: A URL that :func:`normalize_url` produced (the page's URL or its ``<base>``).
     """
 
-    __slots__ = ("_base", "_directory", "_general", "_origin", "_path")
+    __slots__ = ("_base", "_directory", "_origin", "_path")
 
     def __init__(self, base: str) -> None:
         self._base = base
+        # The standard's http(s) serialisation: "scheme://[userinfo@]host[:port]", then a
+        # path that starts with "/", then an optional query; userinfo has "/" encoded.
         path_start = base.find("/", base.find("://") + 3)
         query_start = base.find("?", path_start)
         self._origin = base[:path_start]
         self._path = base[path_start:] if query_start < 0 else base[path_start:query_start]
         self._directory = self._origin + self._path[: self._path.rfind("/") + 1]
-        # urljoin folds empty segments of the base's path too: leave such bases to it.
-        self._general = "//" in self._path
 
     def resolve(self, href: str) -> str | None:
-        """The absolute, normalised URL ``href`` refers to, or None (see normalize_url)."""
-        fragment = href.find("#")
+        """The absolute URL ``href`` refers to, or None (see :func:`normalize_url`)."""
+        fragment = href.find("#")  # "#" always starts the fragment, in any part of an href
         plain = href if fragment < 0 else href[:fragment]
-        if not _PLAIN_HREF.fullmatch(plain):
+        if not _PLAIN_HREF.fullmatch(plain) or ("%2" in plain and "%2e" in plain.lower()):
             return normalize_url(href, self._base)
-        if plain.startswith(("http://", "https://")):
+        if not plain:
+            return self._base
+        if plain.startswith(_HTTP_PREFIXES):
             return _plain_absolute(plain) or normalize_url(href, self._base)
-        if self._general or "//" in plain:
-            return normalize_url(href, self._base)
-        if not plain or plain == "?":
-            return self._base  # urljoin keeps the base's query for an empty reference
-        plain = _without_empty_query(plain)
         first = plain[0]
         if first == "?":
             return self._origin + self._path + plain
         if first == "/":
+            if plain.startswith("//"):
+                return normalize_url(href, self._base)  # another host: the parser's job
             url = self._origin + plain
-        elif ":" in (first_segment := plain.partition("/")[0].partition("?")[0]):
-            scheme = first_segment.partition(":")[0]
-            if _SCHEME.fullmatch(scheme) and scheme.lower() not in _SCHEMES:
+        elif _SCHEME_PREFIX.match(plain) is not None:
+            scheme = plain[: plain.find(":")].lower()
+            if scheme not in _SCHEMES:
                 return None  # "mailto:", "javascript:", "tel:": never crawled
-            return normalize_url(href, self._base)  # "http:...", or a path with a colon
+            return normalize_url(href, self._base)  # "HTTP://", "http:path"
         else:
             url = self._directory + plain
-        if "/." in url or url.endswith("/."):
-            return _without_dot_segments(url, len(self._origin))
-        return url
+        if "/." not in url:
+            return url
+        path_start = len(self._origin)
+        query_start = url.find("?", path_start)
+        if query_start < 0:
+            query_start = len(url)
+        path = url[path_start:query_start]
+        if "/." not in path:
+            return url  # the "/." was in the query, which keeps its dots
+        return self._origin + _without_dot_segments(path) + url[query_start:]
 
 
 def _plain_absolute(plain: str) -> str | None:
     """``normalize_url(plain)`` for an absolute URL it would barely change, else None.
 
-    ``plain`` has passed ``_PLAIN_HREF``, so its path and query need no percent-encoding,
-    and ``urljoin`` leaves a URL with a host as it is (dot segments and all). What is left
-    to do is what ``urlunsplit`` does: ``/`` for an empty path and no empty query. None
-    means "ask normalize_url", not "not a URL".
+    ``plain`` has passed ``_PLAIN_HREF``, so its path and query need no percent-encoding.
+    What is left to do is the port's and the path's: no default port, ``/`` for an empty
+    path. A possible dot segment, a port above 65535 or the default port, and an ``xn--``
+    label go to the parser. None means "ask normalize_url", not "not a URL".
     """
-    match = _PLAIN_ABSOLUTE.fullmatch(plain)
-    if match is None:
+    match = _PLAIN_AUTHORITY.match(plain)
+    if match is None or "xn--" in plain:
         return None
-    scheme, port, rest = match.groups()
-    if port is not None and (int(port) > 65535 or int(port) == _DEFAULT_PORTS[scheme]):
+    end = match.end()
+    if "/." in plain[end:]:
         return None
-    if rest is None:
-        return plain + "/"
-    if rest[0] == "?":
-        plain = plain[: match.start(3)] + "/" + rest
-    return _without_empty_query(plain)
+    port = match.group(2)
+    if port is not None and (int(port) > 65535 or port == _DEFAULT_PORTS[match.group(1)]):
+        return None
+    if end == len(plain) or plain[end] == "?":
+        return plain[:end] + "/" + plain[end:]
+    return plain
 
 
-def _without_empty_query(url: str) -> str:
-    """``url`` without a lone trailing ``?``: urlunsplit drops an empty query."""
-    if url.endswith("?") and url.find("?") == len(url) - 1:
-        return url[:-1]
-    return url
+def _without_dot_segments(path: str) -> str:
+    """``path`` (starting with ``/``) with ``.`` and ``..`` segments resolved by the standard.
 
-
-def _without_dot_segments(url: str, path_start: int) -> str:
-    """``url`` with ``.`` and ``..`` path segments resolved, exactly as ``urljoin`` does.
-
-    That is RFC 3986's remove_dot_segments but for one detail of CPython's: ``..`` above
-    the root is dropped. Callers send no path with ``//`` (which ``urljoin`` also folds).
+    Each ``..`` removes the segment before it, if any (``..`` above the root is dropped);
+    ``.`` is dropped; a ``.`` or ``..`` as the last segment leaves the path ending in ``/``.
+    Empty segments are segments like any other (``/a//../b`` is ``/a/b``).
     """
-    path, question, query = url[path_start:].partition("?")
-    segments = path.split("/")
+    segments = path.split("/")  # the first is the empty string before the leading "/"
     resolved: list[str] = []
-    for segment in segments:
+    for segment in segments[1:]:
         if segment == "..":
             if resolved:
                 resolved.pop()
@@ -193,74 +205,52 @@ def _without_dot_segments(url: str, path_start: int) -> str:
             resolved.append(segment)
     if segments[-1] in (".", ".."):
         resolved.append("")
-    joined = "/".join(resolved)
-    if not joined.startswith("/"):
-        joined = "/" + joined
-    return url[:path_start] + joined + question + query
+    return "/" + "/".join(resolved)
 
 
 def normalize_root(root: str) -> str | None:
-    """Normalise a root as given on the command line: no ``://`` means ``http://``."""
+    """Normalise a root as given on the command line.
+
+    A root that is not already an http(s) URL and has no ``://`` gets ``http://``:
+    ``localhost:8000`` is the host and port a person means (to the standard it would be a
+    URL of the scheme ``localhost:``), ``xkcd.com`` has no scheme at all.
+    """
     root = root.strip()
-    if "://" not in root:
+    if "://" not in root and not root[:6].lower().startswith(("http:", "https:")):
         root = "http://" + root
     return normalize_url(root)
 
 
 def url_host(url: str) -> str:
-    """The host of a URL that :func:`normalize_url` produced (lower-case, no brackets)."""
-    return urlsplit(url).hostname or ""
+    """The host of a URL that :func:`normalize_url` produced (no brackets), or ``""``.
 
-
-def _normalize_netloc(parts: SplitResult, scheme: str) -> str | None:
-    host = parts.hostname  # lower-cased, brackets removed
-    if not host:
-        return None
-    port = parts.port  # raises ValueError when out of range or not a number
-    hostport = parts.netloc.rpartition("@")[2]
-    if not hostport.startswith("[") and ("[" in hostport or "]" in hostport):
-        # urlsplit reads "a[::1]" as the host "::1": brackets belong only around a whole host.
-        return None
-    if hostport.startswith("["):
-        host_text = _ipv6_literal(parts, host)
-        if host_text is None:
-            return None
-    elif _is_ip(host):
-        host_text = host
-    else:
-        try:
-            host_text = host.encode("idna").decode("ascii")
-        except UnicodeError:
-            return None
-        if not host_text or not _FORBIDDEN_HOST_CHARS.isdisjoint(host_text):
-            return None
-    netloc = host_text
-    if port is not None and port != _DEFAULT_PORTS[scheme]:
-        netloc = f"{netloc}:{port}"
-    userinfo, at, _ = parts.netloc.rpartition("@")
-    if at:
-        netloc = f"{quote(userinfo, safe=':%!$&()*+,;=-._~')}@{netloc}"
-    return netloc
-
-
-def _ipv6_literal(parts: SplitResult, host: str) -> str | None:
-    """The bracketed host of ``parts`` in RFC 5952's canonical form, or None if it is not one.
-
-    RFC 3986 allows only an IP literal in brackets, followed by nothing but ``:port``.
-    urlsplit also takes IPvFuture (``[v1.x]``, whose brackets ``hostname`` drops, leaving an
-    ordinary-looking host) and ignores text after the ``]`` (``[::1]x``), so both are checked
-    here. Writing the canonical form makes ``[0:0::1]`` and ``[::1]`` one host.
+    Sliced rather than parsed: the standard's serialisation puts the host after ``://``
+    and any ``userinfo@`` (whose "@", "/" and ":" are encoded) and before ``:port`` or the
+    path, and only an IPv6 host, in brackets, has ":" in it.
     """
-    if not _BRACKETED_HOST.fullmatch(parts.netloc.rpartition("@")[2]):
-        return None
-    try:
-        address = ipaddress.IPv6Address(host)
-    except ValueError:
-        return None
-    if address.scope_id is not None:
-        # A zone ID ("%eth0") names an interface of the machine that wrote the URL.
-        return None
-    return f"[{address.compressed}]"
+    scheme_end = url.find("://")
+    if scheme_end < 0:
+        return ""
+    start = scheme_end + 3
+    end = url.find("/", start)
+    host = (url[start:] if end < 0 else url[start:end]).rpartition("@")[2]
+    if host.startswith("["):
+        return host[1 : host.find("]")]
+    return host.partition(":")[0]
+
+
+# Characters that end a host in a URL, so that a host string holding one is not a host.
+_NOT_IN_A_HOST = re.compile(r"[/?#@\\]")
+
+
+def _canonical_host(host: str) -> str | None:
+    """``host`` (any spelling) as the standard writes it in a URL, or None if it is not one."""
+    if _NOT_IN_A_HOST.search(host):
+        return None  # "a/b" would be read as the host "a" and the path "/b"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address, as url_host gives it
+    url = normalize_url(f"http://{host}/")
+    return None if url is None else url_host(url)
 
 
 def _is_ip(host: str) -> bool:
@@ -289,7 +279,9 @@ class Scope:
     A URL is in scope when its scheme is http or https, the exclude pattern does not match it
     (``re.search``), and its host matches a root host: equal, or (strict) equal but for one
     leading ``www.``, or (lenient) equal in the last two labels. An IP address matches only
-    itself. Ports are ignored, as in the chapter.
+    itself. Ports are ignored, as in the chapter. Hosts are compared as the WHATWG URL
+    Standard writes them (:func:`normalize_url`): ``0x7f.1`` is ``127.0.0.1``, and an IDN
+    host is its UTS-46 ASCII form.
     """
 
     def __init__(
@@ -307,16 +299,25 @@ class Scope:
         self._host_answers: dict[str, bool] = {}
 
     def host_okay(self, host: str) -> bool:
-        """Whether ``host`` (any case) matches a root host under this scope's rule."""
-        host = host.lower()
+        """Whether ``host`` (any spelling) matches a root host under this scope's rule.
+
+        The host is first written as the standard writes it in a URL, so every spelling of
+        one host gets one answer; a string that is no host at all matches nothing.
+        """
+        if host not in self.root_hosts:
+            canonical = _canonical_host(host)
+            if canonical is None:
+                return False
+            host = canonical
         if host in self.root_hosts:
             return True
         if _is_ip(host):
             return False
         if self.strict:
+            # Never an IP address: "www.1.2.3.4" is no host at all to the standard (a host
+            # whose last label is a number must be an IPv4 address).
             other = host[4:] if host.startswith("www.") else "www." + host
-            # "www.1.2.3.4" is not an IP, but must not match the IP root host "1.2.3.4".
-            return other in self.root_hosts and not _is_ip(other)
+            return other in self.root_hosts
         return _lenient_key(host) in self._lenient_keys
 
     def allows(self, url: str) -> bool:
@@ -331,11 +332,7 @@ class Scope:
         scheme_end = url.find("://")
         if url[:scheme_end] not in _SCHEMES:
             return False
-        start = scheme_end + 3
-        end = url.find("/", start)
-        netloc = url[start:] if end < 0 else url[start:end]
-        host = netloc.rpartition("@")[2]
-        host = host[1 : host.find("]")] if host.startswith("[") else host.partition(":")[0]
+        host = url_host(url)
         answer = self._host_answers.get(host)
         if answer is None:
             if len(self._host_answers) >= _MAX_REMEMBERED_HOSTS:

@@ -29,7 +29,7 @@ from _demo import demo_root
 import trio_crawler
 from trio_crawler import FetchStatistic
 
-PROGRESS_EVERY = 100  # records between progress lines; the demo site makes 327
+PROGRESS_EVERY = 100  # records between progress lines; the demo site makes 333
 
 
 def summary(records: list[FetchStatistic]) -> str:

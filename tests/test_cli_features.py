@@ -186,7 +186,7 @@ def test_progress_is_drawn_on_a_terminal(engine: str) -> None:
         assert label in drawn, drawn[-500:]
     # The last line drawn is the finished crawl: every demo page done, nothing queued.
     last = drawn.strip().splitlines()[-1]
-    assert last.startswith("327 done  0 queued  0 in flight"), last
+    assert last.startswith("333 done  0 queued  0 in flight"), last
 
 
 def test_no_progress_turns_it_off_on_a_terminal() -> None:

@@ -36,6 +36,9 @@ Layout (paths, and the crawler behaviour each one shows)::
     /intl/привет.html                   (written in cp1251 bytes, fetched percent-encoded UTF-8)
     /links/base.html                    <base href="/links/target/">: its <a>, <area> and <link>
     /links/target/{one,map,next}.html   hrefs resolve there; ignoring <base> gives 404s instead
+    /links/tricky.html                  hrefs read by the WHATWG URL Standard (dot segments,
+    /links/tricky-targets/*.html        %2e%2e, backslashes, a tab, "http:" without "//"),
+                                        each leading to a page only a browser's reading finds
     /compressed.html                    served with Content-Encoding: gzip
     /xhtml/page.xhtml -> /xhtml/child.html
                                         application/xhtml+xml is parsed for links too
@@ -47,9 +50,9 @@ Layout (paths, and the crawler behaviour each one shows)::
 
 Pages reached only through a feature (the redirect landing page, café, привет, the <base>
 targets, the XHTML child) are the proof: a crawler that mishandles the feature never finds them.
-A correct crawl of ``/`` makes 327 records (the tests work them out from the site's data;
-with ``--sitemaps``, 330):
-312 parsed pages (311 HTML, 1 XHTML), 8 redirects, 2 error statuses (the 404 and the 302
+A correct crawl of ``/`` makes 333 records (the tests work them out from the site's data;
+with ``--sitemaps``, 336):
+318 parsed pages (317 HTML, 1 XHTML), 8 redirects, 2 error statuses (the 404 and the 302
 without Location), 4 other files and 1 failure.
 
 Serving: :func:`serve_demo` binds the listening socket itself, so it knows the real port before
@@ -365,6 +368,7 @@ class _SiteBuilder:
         self._files()
         self._charsets()
         self._base_and_markup()
+        self._tricky_links()
         sitemap_paths, sitemap_locs = self._sitemap()
         return DemoSite(
             pages=types.MappingProxyType(dict(sorted(self.pages.items()))),
@@ -539,6 +543,7 @@ class _SiteBuilder:
                     ("/links/base.html", "<base href> with a, area and link elements"),
                     ("/compressed.html", "A gzip-compressed page"),
                     ("/xhtml/page.xhtml", "An XHTML page"),
+                    ("/links/tricky.html", "Hrefs a browser reads by the URL Standard"),
                 ]
             )
         )
@@ -603,6 +608,28 @@ class _SiteBuilder:
             b"body { font-family: sans-serif; max-width: 40em; margin: auto; }\n"
             b"/* url(/static/never-fetched.png) is not a link the crawler follows */\n",
         )
+
+    def _tricky_links(self) -> None:
+        """A page of hrefs that a browser resolves by the WHATWG URL Standard and a
+        resolver of RFC 3986 leftovers does not; each leads to a page only that reading
+        finds, so a crawler that resolves them otherwise gets 404s instead."""
+        hrefs = [
+            ("tricky/../tricky-targets/dots.html", "dots.html", "dot segments"),
+            ("x/%2e%2e/tricky-targets/encoded-dots.html", "encoded-dots.html", "%2e%2e"),
+            ("\\links\\tricky-targets\\backslash.html", "backslash.html", "backslashes"),
+            ("tricky-tar&#9;gets/tab.html", "tab.html", "a tab, which is dropped"),
+            ("http:tricky-targets/scheme.html", "scheme.html", "http: with no //"),
+        ]
+        items = "".join(f'<li><a href="{href}">{what}</a></li>\n' for href, _, what in hrefs)
+        self.pages["/links/tricky.html"] = _html_page(
+            _document("Tricky hrefs", f"<ul>\n{items}</ul>\n{self._page_filler()}")
+        )
+        for _, target, what in hrefs:
+            self.pages[f"/links/tricky-targets/{target}"] = _html_page(
+                _document(
+                    "Found", f"<p>Reached through an href with {what}.</p>{self._page_filler()}"
+                )
+            )
 
     def _sitemap(self) -> tuple[frozenset[str], tuple[str, ...]]:
         """``/sitemap.xml`` (robots.txt is a 404, so it is the default one): a few linked

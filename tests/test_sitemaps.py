@@ -315,3 +315,33 @@ async def test_the_demo_site_with_sitemaps_shows_the_pages_no_link_reaches() -> 
         4,  # the root was seen; the sitemap went out right after robots.txt
     )
     assert root + "sitemap.xml" in exchanges  # so it is in the WARC file too
+
+
+@pytest.mark.anyio
+async def test_hostile_sitemaps_each_end_in_a_record(engine: Engine) -> None:
+    laughs = (
+        b'<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">'
+        b'<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]><urlset><url><loc>&b;</loc></url></urlset>'
+    )
+    async with open_test_server() as server:
+        origin = server.url("").rstrip("/")
+        names = ("laughs.xml", "bomb.xml.gz", "junk.bin", "many.xml")
+        robots = "".join(f"Sitemap: {origin}/{name}\n" for name in names)
+        server.route("/robots.txt", Reply(body=robots.encode()))
+        server.route("/laughs.xml", Reply(body=laughs))
+        server.route("/bomb.xml.gz", Reply(body=gigabyte_of_gzip()))
+        server.route("/junk.bin", Reply(body=bytes(range(256)) * 64))
+        server.route("/many.xml", Reply(body=urlset(*(f"{origin}/p{n}" for n in range(60_000)))))
+        crawler = engine.crawler(
+            [server.url("/")], sitemaps=True, max_pages=8, max_size=4 * MIB, max_tasks=4
+        )
+        with anyio.fail_after(engine.seconds(HANG)):
+            await crawler.crawl()
+    records = {record.url.rpartition("/")[2]: record for record in crawler.done}
+    assert records["laughs.xml"].exception is not None
+    assert records["laughs.xml"].exception.startswith("DTDForbidden")
+    assert records["bomb.xml.gz"].exception is not None
+    assert records["bomb.xml.gz"].exception.startswith("ResponseTooLarge")
+    assert (records["junk.bin"].status, records["junk.bin"].num_urls) == (200, 0)
+    assert records["many.xml"].num_urls == 50_000
+    assert all(records[name].status == 200 for name in names)

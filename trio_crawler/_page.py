@@ -130,8 +130,8 @@ def read_sitemap_response(
             record=read_page(url, response, scope=scope, max_url_length=max_url_length).record
         )
     content = read_sitemap(response.body, max_size=max_size)
-    pages, pages_too_long = _locs_in_scope(content.pages, url, scope, max_url_length)
-    sitemaps, sitemaps_too_long = _locs_in_scope(content.sitemaps, url, scope, max_url_length)
+    pages, pages_too_long = _locs_in_scope(content.pages, scope, max_url_length)
+    sitemaps, sitemaps_too_long = _locs_in_scope(content.sitemaps, scope, max_url_length)
     too_long = pages_too_long + sitemaps_too_long
     media_type, charset = parse_content_type(response.content_type)
     record = FetchStatistic(
@@ -149,13 +149,17 @@ def read_sitemap_response(
 
 
 def _locs_in_scope(
-    locs: tuple[str, ...], base: str, scope: Scope, max_url_length: int
+    locs: tuple[str, ...], scope: Scope, max_url_length: int
 ) -> tuple[tuple[str, ...], int]:
-    """The ``<loc>`` URLs resolved, in scope and without repeats; and how many were too long."""
+    """The ``<loc>`` URLs, in scope and without repeats; and how many were too long.
+
+    The protocol's URLs are absolute, and only absolute ones are taken: a relative one,
+    resolved, would make a URL of any line of junk in a text sitemap.
+    """
     kept: dict[str, None] = {}  # a dict keeps the sitemap's order
     too_long = 0
     for loc in locs:
-        link = normalize_url(loc, base)
+        link = normalize_url(loc)
         if link is None:
             continue
         if len(link) > max_url_length:

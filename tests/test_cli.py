@@ -165,6 +165,7 @@ _KEPT_AT_THE_TOP = """
 import ctypes, sys
 from trio_crawler._cli import _pad_the_heap
 
+
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
@@ -190,7 +191,7 @@ def test_the_command_line_keeps_a_pad_at_the_top_of_the_heap() -> None:
             capture_output=True,
             text=True,
             check=True,
-            timeout=60,
+            timeout=HANG_LIMIT,
         )
         return int(done.stdout)
 

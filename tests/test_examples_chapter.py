@@ -22,14 +22,13 @@ import trio
 from trio_crawler._demo import build_demo_site, serve_demo
 
 from demo_expectations import html_paths
+from support import HANG_LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = ["examples/01_callbacks.py", "examples/02_generator_coroutines.py"]
 # The demo's six top-level sections (see the layout in trio_crawler/_demo.py): every page under
 # them, and the home, archive and features pages, is reachable from "/" by plain links.
 SECTIONS = ("coroutines", "nurseries", "cancellation", "channels", "sockets", "protocols")
-# Generous: each example crawls the demo in about a second.
-RUN_LIMIT = 60
 # Runs of one example per test. The examples have no concurrency cap, as in the chapter: ~300
 # connections open at once. Hypercorn closes a connection that has sent no complete request
 # within its keep_alive_timeout (5 s, counted from accept), so on a heavily loaded machine a
@@ -38,7 +37,7 @@ ATTEMPTS = 2
 
 
 async def run_example(script: str, *args: str) -> subprocess.CompletedProcess[bytes]:
-    with trio.fail_after(RUN_LIMIT):
+    with trio.fail_after(HANG_LIMIT):
         return await trio.run_process(
             [sys.executable, script, *args],
             cwd=REPO,

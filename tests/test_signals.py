@@ -1,12 +1,12 @@
 """Signals and shutdown: real SIGINT and SIGTERM sent to ``python -m trio_crawler``.
 
-What a user and a service manager are promised (README.md, "Using it": exit status; ``_cli.py``): the
-first SIGINT or SIGTERM stops scheduling new URLs and gives the requests in flight
-``--grace`` seconds (default 5) to finish, then cancels them; a second signal cancels them
-at once. Either way every finished URL is in the output as a whole JSON line, the report
-is printed with ``Finish reason: interrupted``, the exit status is 130, and nothing
-complains on the way out: no traceback, no unclosed resource, no task destroyed pending,
-no coroutine never awaited.
+What a user and a service manager are promised (README.md, "Using it", on the exit status;
+``_cli.py``): the first SIGINT or SIGTERM stops scheduling new URLs and gives the requests
+in flight ``--grace`` seconds (default 5) to finish, then cancels them; a second signal
+cancels them at once. Either way every finished URL is in the output as a whole JSON
+line, the report is printed with ``Finish reason: interrupted``, the exit status is 130,
+and nothing complains on the way out: no traceback, no unclosed resource, no task
+destroyed pending, no coroutine never awaited.
 
 Every test but one (which is about the CLI alone) runs once per engine. The child runs in
 Python's development mode (``-X dev``: asyncio's debug mode, ``Task was destroyed`` and

@@ -22,9 +22,12 @@ import anyio
 import httpx
 import pytest
 import trio
+from trio.testing import MockClock
+
+from trio_crawler import Crawler
+
 from cancellation_support import (
     EXPECTED_HANG,
-    HANG_LIMIT,
     ChapterCrawler,
     GatedSite,
     anyio_backend_spec,
@@ -33,13 +36,9 @@ from cancellation_support import (
     crawl_until_the_root_is_requested,
     fan_out_links,
     http_fetch,
-    page,
 )
-from trio.testing import MockClock
-
-from trio_crawler import Crawler
-
 from httpserver import Reply, Request, open_test_server
+from support import HANG_LIMIT, page
 
 
 @pytest.fixture(params=["asyncio", "trio"])

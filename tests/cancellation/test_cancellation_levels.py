@@ -26,8 +26,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 import trio
-from cancellation_support import HANG_LIMIT, anyio_backend_spec
 from trio.testing import MockClock
+
+from cancellation_support import anyio_backend_spec
+from support import HANG_LIMIT
 
 
 @pytest.fixture(params=["asyncio", "trio"])

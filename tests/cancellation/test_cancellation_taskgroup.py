@@ -23,17 +23,17 @@ from collections.abc import Iterable
 
 import httpx
 import pytest
+
 from cancellation_support import (
     EXPECTED_HANG,
-    HANG_LIMIT,
     ChapterCrawler,
     GatedSite,
     crawl_until_the_root_is_requested,
     fan_out_links,
     http_fetch,
 )
-
 from httpserver import open_test_server
+from support import HANG_LIMIT
 
 
 async def fetch_nothing(url: str) -> Iterable[str]:

@@ -39,6 +39,9 @@ from httpserver import Reply
 # Each takes seconds there; 120 leaves a wide margin over the slowest of them.
 HANG_LIMIT = 120
 
+# The repository's root: where the examples run from.
+REPO = Path(__file__).resolve().parent.parent
+
 # The JSON keys of one record, in order (README.md, "One record per URL"). Spelled out here
 # rather than read from FetchStatistic, so that a change to the code cannot change what the
 # tests expect.
@@ -122,3 +125,16 @@ def read_records(path: Path, context: object = "") -> list[dict[str, object]]:
             ) from None
         assert list(records[-1]) == RECORD_KEYS, f"line {number}: {line}\n{context}"
     return records
+
+
+async def run_example(script: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run ``examples/``'s ``script`` (a path from the repository's root) with ``args`` to
+    its end, bounded by :data:`HANG_LIMIT`; its output captured, its status not checked."""
+    with trio.fail_after(HANG_LIMIT):
+        return await trio.run_process(
+            [sys.executable, script, *args],
+            cwd=REPO,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )

@@ -33,8 +33,20 @@ from trio_crawler._cli import ENGINES, HEAP_TOP_PAD
 from trio_crawler._demo import build_demo_site
 
 from demo_expectations import expected_urls
-from httpserver import DropConnection, Reply, Request, open_test_server
+from httpserver import DropConnection, Handler, Reply, Request, open_test_server
 from support import HANG_LIMIT, read_records, run_cli
+
+
+def never_answers(requested: trio.Event) -> Handler:
+    """A handler that sets ``requested`` and never replies: the crawl is running while it
+    waits."""
+
+    async def never(request: Request) -> Reply:
+        requested.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    return never
 
 
 @pytest.mark.trio
@@ -52,10 +64,7 @@ async def test_verbose_logs_info_to_stderr() -> None:
 @pytest.mark.trio
 async def test_max_time_exits_0_with_a_deadline_report(tmp_path: Path, engine: str) -> None:
     output = tmp_path / "out.jsonl"
-
-    async def never(request: Request) -> Reply:
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")
+    never = never_answers(trio.Event())
 
     with trio.fail_after(HANG_LIMIT):
         async with open_test_server(
@@ -80,11 +89,7 @@ async def test_signal_stops_the_crawl_with_status_130(
     output = tmp_path / "out.jsonl"
     report_path = tmp_path / "report.txt"
     slow_page_requested = trio.Event()
-
-    async def never(request: Request) -> Reply:
-        slow_page_requested.set()
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")
+    never = never_answers(slow_page_requested)
 
     # A chain: once /slow is requested, /, /a and /b have finished, on any engine.
     routes = {
@@ -281,11 +286,7 @@ async def test_warc_of_an_interrupted_crawl_is_valid_to_its_last_record(
 ) -> None:
     warc = tmp_path / "crawl.warc"
     hanging = trio.Event()
-
-    async def never(request: Request) -> Reply:
-        hanging.set()
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")
+    never = never_answers(hanging)
 
     routes = {"/": Reply.html('<a href="/a">a</a>'), "/a": Reply.html('<a href="/n">n</a>')}
     with trio.fail_after(HANG_LIMIT):

@@ -466,6 +466,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+# Intended twin of test_serve_on_trio: the same checks, served on asyncio through AnyIO.
 @pytest.mark.anyio
 async def test_serve_on_asyncio(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)

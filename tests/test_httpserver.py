@@ -66,6 +66,7 @@ async def test_connection_close_from_the_client_is_honoured() -> None:
     assert server.connections == 2
 
 
+# Alike by design: each server behaviour is checked with the same guard-and-client steps.
 @pytest.mark.trio
 async def test_drop_first_hangs_up_without_a_response_then_answers() -> None:
     with trio.fail_after(HANG_LIMIT):

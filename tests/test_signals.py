@@ -276,6 +276,7 @@ async def test_grace_expires_and_the_request_in_flight_is_cancelled(
     assert 1 <= child.exited_at - signalled_at < 10, child
 
 
+# Same shape as the grace test above on purpose: one signal plan per test, read side by side.
 @pytest.mark.parametrize(
     ("engine", "second"),
     [

@@ -136,6 +136,7 @@ def test_normalize_url_keeps_a_very_long_url() -> None:
     assert normalize_url(href) == href
 
 
+# Parametrize tables in this file share a shape by design: one table per rule.
 @pytest.mark.parametrize(
     "url",
     [

@@ -262,6 +262,7 @@ async def crawl_on_a_nursery(
     return fetched
 
 
+# Intended twin of crawl_on_a_nursery: the same crawl on AnyIO, to compare line by line.
 async def crawl_on_a_task_group(
     roots: Iterable[str],
     fetch: Fetch,

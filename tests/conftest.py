@@ -12,21 +12,6 @@ from trio.testing import MockClock
 from trio_crawler._cli import ENGINES
 from trio_crawler._crawler import CrawlerBase
 
-# The JSON keys of one record, in order (CONTRACT.md, "One record per finished URL"). Spelled
-# out here rather than read from FetchStatistic, so that a change to the code cannot change
-# what the tests expect.
-CONTRACT_KEYS = [
-    "url",
-    "next_url",
-    "status",
-    "exception",
-    "size",
-    "content_type",
-    "encoding",
-    "num_urls",
-    "num_new_urls",
-]
-
 # Real seconds of idleness before the virtual clock jumps to the next deadline. Not 0 (as
 # pytest-trio's ``autojump_clock``): on a busy machine a loopback packet can arrive a moment
 # late, and AnyIO's Trio test runner uses guest mode, where each I/O wait is a hop through

@@ -1,8 +1,21 @@
 """Helpers shared by the test modules: one copy of each, imported by bare name (pytest puts
-``tests/`` on ``sys.path``)."""
+``tests/`` on ``sys.path``). Fixtures live in conftest.py; servers in httpserver.py and
+hostile_server.py."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import trio
+
+from trio_crawler import FetchStatistic
+from trio_crawler._crawler import CrawlerBase
 from trio_crawler._events import (
     FetchRequest,
     Outcome,
@@ -12,6 +25,63 @@ from trio_crawler._events import (
     RobotsSettled,
 )
 from trio_crawler._state import CrawlState
+
+from conftest import Engine
+from httpserver import Reply
+
+# Seconds after which a test that is still waiting is hung: the bound every ``fail_after``,
+# ``move_on_after`` and ``asyncio.timeout`` that guards against a hang uses. It is a hang
+# detector, not a performance bound: a test that passes never comes near it, and a larger
+# figure costs time only when something is already wrong. On Trio's virtual clock it costs
+# nothing at all. The figure is set by the slowest real-time uses: subprocess runs of the
+# command (an interpreter start, imports, a crawl of the 333-page demo site) and the
+# resource tests' long crawl, on a loaded 2-core CI machine that runs two tests at once.
+# Each takes seconds there; 120 leaves a wide margin over the slowest of them.
+HANG_LIMIT = 120
+
+# The repository's root: where the examples run from.
+REPO = Path(__file__).resolve().parent.parent
+
+# The JSON keys of one record, in order (README.md, "One record per URL"). Spelled out here
+# rather than read from FetchStatistic, so that a change to the code cannot change what the
+# tests expect.
+RECORD_KEYS = [
+    "url",
+    "next_url",
+    "status",
+    "exception",
+    "size",
+    "content_type",
+    "encoding",
+    "num_urls",
+    "num_new_urls",
+]
+
+
+def page(*hrefs: str, extra: str = "") -> Reply:
+    """An HTML page linking to each of ``hrefs`` (the href is the link's text too), with
+    ``extra`` HTML after the links."""
+    links = "".join(f'<a href="{href}">{href}</a>\n' for href in hrefs)
+    return Reply.html(f"<html><body>{links}{extra}</body></html>")
+
+
+async def crawl(
+    engine: Engine, roots: list[str] | str, *, hang_limit: float = HANG_LIMIT, **options: Any
+) -> CrawlerBase:
+    """Crawl ``roots`` on ``engine`` with ``options``; a crawl that outlasts ``hang_limit``
+    fails the test. A module whose tests share options binds them with
+    ``functools.partial``."""
+    crawler = engine.crawler([roots] if isinstance(roots, str) else roots, **options)
+    with anyio.fail_after(hang_limit):
+        await crawler.crawl()
+    return crawler
+
+
+def by_url(crawler: CrawlerBase) -> dict[str, FetchStatistic]:
+    """The crawl's records by URL, checking that no URL was recorded twice."""
+    records = {stat.url: stat for stat in crawler.done}
+    assert len(records) == len(crawler.done), "a URL was recorded twice"
+    return records
 
 
 def finish(
@@ -24,3 +94,47 @@ def finish(
         return result.request
     assert isinstance(result, Recorded | Requeued | RobotsSettled), result
     return None
+
+
+async def run_cli(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``python -m trio_crawler`` with ``args`` (and ``env``, if given, as its whole
+    environment) to its end; its output captured, its exit status not checked."""
+    return await trio.run_process(
+        [sys.executable, "-m", "trio_crawler", *args],
+        env=env,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+
+def read_records(path: Path, context: object = "") -> list[dict[str, object]]:
+    """The records of a JSON Lines file, each checked to be a whole line with the record's
+    keys in order; ``context`` goes into the assertion messages."""
+    text = path.read_text(encoding="utf-8")
+    assert text == "" or text.endswith("\n"), f"last line cut short: {text[-200:]!r}\n{context}"
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise AssertionError(
+                f"line {number} is not JSON ({exc}): {line!r}\n{context}"
+            ) from None
+        assert list(records[-1]) == RECORD_KEYS, f"line {number}: {line}\n{context}"
+    return records
+
+
+async def run_example(script: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run ``examples/``'s ``script`` (a path from the repository's root) with ``args`` to
+    its end, bounded by :data:`HANG_LIMIT`; its output captured, its status not checked."""
+    with trio.fail_after(HANG_LIMIT):
+        return await trio.run_process(
+            [sys.executable, script, *args],
+            cwd=REPO,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )

@@ -1,17 +1,24 @@
-"""The command line as users and scripts see it: real processes, real signals, real servers.
+"""The ``trio-crawler`` command run as users and scripts run it (``_cli.py``): real
+processes, real servers on 127.0.0.1, real signals.
 
 These tests start ``python -m trio_crawler`` as a subprocess, so they run on Trio's real
 clock; ``trio.fail_after`` is their hang detector. Where a test must act "while the crawl is
 running" it waits for an event the crawl itself causes (the server receiving a request),
-never for a guessed amount of time.
+never for a guessed amount of time. Tests where the engine could make a difference run on
+every engine. The WARC file is checked with warcio's own reader and its ``check`` command;
+the progress display is checked in a real pseudo-terminal, since it is only drawn on one.
+
+Parsing the command line is test_cli_args.py's subject, the JSON Lines output
+test_output.py's, and what a signal does to a crawl at any moment test_signals.py's.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import platform
+import pty
+import re
 import signal
 import subprocess
 import sys
@@ -20,140 +27,26 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from warcio.archiveiterator import ArchiveIterator
 
-from trio_crawler import ConfigError, Crawler
 from trio_crawler._cli import ENGINES, HEAP_TOP_PAD
-from trio_crawler._cli_args import parse_args
 from trio_crawler._demo import build_demo_site
 
-from conftest import CONTRACT_KEYS
 from demo_expectations import expected_urls
-from httpserver import Reply, Request, open_test_server
-
-HANG_LIMIT = 60  # real seconds; generous for a loaded CI machine
-
-
-async def run_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return await trio.run_process(
-        [sys.executable, "-m", "trio_crawler", *args],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
+from httpserver import DropConnection, Handler, Reply, Request, open_test_server
+from support import HANG_LIMIT, read_records, run_cli
 
 
-def read_records(path: Path) -> list[dict[str, object]]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines]
-    assert all(list(record) == CONTRACT_KEYS for record in records)
-    return records
+def never_answers(requested: trio.Event) -> Handler:
+    """A handler that sets ``requested`` and never replies: the crawl is running while it
+    waits."""
 
+    async def never(request: Request) -> Reply:
+        requested.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--exclude", "("], "--exclude is not a valid regular expression"),
-        ([], "no ROOT given"),
-        (["--max-tasks", "0"], "--max-tasks must be >= 1, not 0"),
-        (["--max_tasks", "many"], "--max-tasks must be a whole number, not 'many'"),
-        (["--max-tries", "0"], "--max-tries must be >= 1, not 0"),
-        (["--max-redirect", "-1"], "--max-redirect must be >= 0, not -1"),
-        (["--timeout", "-3"], "--timeout must be a positive number of seconds, not -3.0"),
-        (["--timeout", "nan"], "--timeout must be a positive number of seconds, not nan"),
-        (["--max-time", "soon"], "--max-time must be a number, not 'soon'"),
-        (["--no-such-option"], "unrecognized arguments: --no-such-option"),
-        (["--engine", "twisted"], "--engine must be one of trio, anyio-trio, anyio-asyncio"),
-        (["--port", "80"], "--port goes with --serve-demo"),
-        (["--demo"], "--demo crawls the demo site; drop the ROOT"),
-        (["ftp://example.com/"], "ROOT has 'ftp://example.com/', which is not an http(s) URL"),
-    ],
-)
-@pytest.mark.trio
-async def test_usage_error_is_one_line_and_makes_no_request(args: list[str], message: str) -> None:
-    with trio.fail_after(HANG_LIMIT):
-        async with open_test_server({"/": Reply.html("hi")}) as server:
-            root = [] if args == [] else [server.url()]
-            if args and args[0].startswith("ftp"):
-                root = []
-            result = await run_cli(*args, *root)
-    assert result.returncode == 2
-    assert result.stdout == b""
-    lines = result.stderr.decode().splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("trio-crawler: error: ")
-    assert message in lines[0]
-    assert server.requests == []
-
-
-@pytest.mark.trio
-async def test_an_http_library_not_installed_is_a_one_line_usage_error() -> None:
-    with trio.fail_after(HANG_LIMIT):
-        result = await trio.run_process(
-            [sys.executable, "-m", "trio_crawler", "http://127.0.0.1:9/"],
-            env={**os.environ, "TRIO_CRAWLER_HTTP": "urllib3"},
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    assert result.returncode == 2
-    [line] = result.stderr.decode().splitlines()
-    assert line.startswith("trio-crawler: error: TRIO_CRAWLER_HTTP must name an installed ")
-    assert line.endswith(", not 'urllib3'")
-
-
-def test_an_http_library_not_installed_stops_a_crawler_that_makes_clients(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("TRIO_CRAWLER_HTTP", "urllib3")
-    with pytest.raises(ConfigError, match=r"^TRIO_CRAWLER_HTTP must name"):
-        Crawler(["http://127.0.0.1/"])
-    # Given a client, the crawler makes none, and the setting does not matter.
-    client = httpx.AsyncClient()
-    Crawler(["http://127.0.0.1/"], client=client)
-    trio.run(client.aclose)
-
-
-@pytest.mark.trio
-async def test_output_file_and_report(tmp_path: Path) -> None:
-    output = tmp_path / "out.jsonl"
-    routes = {"/": Reply.html('<a href="/a">a</a><a href="/gone">g</a>'), "/a": Reply.html("a")}
-    with trio.fail_after(HANG_LIMIT):
-        async with open_test_server(routes) as server:
-            result = await run_cli("-o", str(output), "--max_tasks", "3", server.url())
-    assert result.returncode == 0, result.stderr
-    records = read_records(output)
-    assert {record["url"] for record in records} == {server.url(p) for p in ("/", "/a", "/gone")}
-    report = result.stdout.decode().splitlines()
-    assert report[0] == "*** Report ***"
-    assert report[1:4] == [
-        f"{server.url('/')} 200 text/html utf-8 {len(routes['/'].body)} 2/2",
-        f"{server.url('/a')} 200 text/html utf-8 1 0/0",
-        f"{server.url('/gone')} 404 None None {server_404_size(records)}",
-    ]
-    assert report[4].startswith("Finished 3 urls in ")
-    assert report[4].endswith("urls/sec/task)")
-    assert "(max_tasks=3)" in report[4]
-    assert "         1 status_404" in report
-    assert report[-4:-2] == ["Todo: 0", "Done: 3"]
-    assert report[-2].startswith("Date: ")
-    assert report[-1] == "Finish reason: finished"
-    assert result.stderr == b""  # default log level is WARNING: nothing went wrong
-
-
-def server_404_size(records: list[dict[str, object]]) -> object:
-    [gone] = [record for record in records if str(record["url"]).endswith("/gone")]
-    return gone["size"]
-
-
-@pytest.mark.trio
-async def test_output_to_stdout_sends_the_report_to_stderr() -> None:
-    with trio.fail_after(HANG_LIMIT):
-        async with open_test_server({"/": Reply.html("x")}) as server:
-            result = await run_cli("-o", "-", "-q", server.url())
-    assert result.returncode == 0
-    [line] = result.stdout.decode().splitlines()
-    assert json.loads(line)["url"] == server.url()
-    assert result.stderr.decode().startswith("*** Report ***")
+    return never
 
 
 @pytest.mark.trio
@@ -171,10 +64,7 @@ async def test_verbose_logs_info_to_stderr() -> None:
 @pytest.mark.trio
 async def test_max_time_exits_0_with_a_deadline_report(tmp_path: Path, engine: str) -> None:
     output = tmp_path / "out.jsonl"
-
-    async def never(request: Request) -> Reply:
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")
+    never = never_answers(trio.Event())
 
     with trio.fail_after(HANG_LIMIT):
         async with open_test_server(
@@ -199,11 +89,7 @@ async def test_signal_stops_the_crawl_with_status_130(
     output = tmp_path / "out.jsonl"
     report_path = tmp_path / "report.txt"
     slow_page_requested = trio.Event()
-
-    async def never(request: Request) -> Reply:
-        slow_page_requested.set()
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")
+    never = never_answers(slow_page_requested)
 
     # A chain: once /slow is requested, /, /a and /b have finished, on any engine.
     routes = {
@@ -278,46 +164,12 @@ async def test_serve_demo_serves_until_interrupted() -> None:
     assert process.returncode == 130
 
 
-def test_help_and_version() -> None:
-    help_text = subprocess.run(
-        [sys.executable, "-m", "trio_crawler", "--help"], capture_output=True, check=True, text=True
-    ).stdout
-    for option in ("--max-redirect", "--max-tries", "--max-tasks", "--exclude", "--lenient"):
-        assert option in help_text
-    version = subprocess.run(
-        [Path(sys.executable).with_name("trio-crawler"), "--version"],
-        capture_output=True,
-        check=True,
-        text=True,
-    ).stdout
-    assert version.startswith("trio-crawler ")
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["x.com"], {"max_tasks": 100, "max_tries": 4, "max_redirect": 10, "strict": True}),
-        (
-            ["--max_tasks", "5", "--max_tries", "2", "--max_redirect", "1", "x.com"],
-            {"max_tasks": 5, "max_tries": 2, "max_redirect": 1},
-        ),
-        (
-            ["--max-tasks", "6", "--lenient", "--timeout", "2.5", "--max-time", "9", "x.com"],
-            {"max_tasks": 6, "strict": False, "timeout": 2.5, "max_time": 9.0},
-        ),
-    ],
-)
-def test_options_and_chapter_aliases(argv: list[str], expected: dict[str, object]) -> None:
-    options = parse_args(argv)
-    assert options.roots == ("x.com",)
-    assert {key: getattr(options.crawl, key) for key in expected} == expected
-
-
 # In a fresh process: allocate and free 12.5 MiB of heap blocks, then ask glibc how much
 # free memory it kept at the top of the heap (mallinfo2's keepcost).
 _KEPT_AT_THE_TOP = """
 import ctypes, sys
 from trio_crawler._cli import _pad_the_heap
+
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -344,8 +196,219 @@ def test_the_command_line_keeps_a_pad_at_the_top_of_the_heap() -> None:
             capture_output=True,
             text=True,
             check=True,
-            timeout=60,
+            timeout=HANG_LIMIT,
         )
         return int(done.stdout)
 
     assert kept("pad") >= HEAP_TOP_PAD > kept("default")
+
+
+WARCIO = str(Path(sys.executable).with_name("warcio"))
+
+
+def read_warc(path: Path) -> list[tuple[str, str | None, str | None]]:
+    """(WARC-Type, WARC-Target-URI, HTTP status) of every record, in file order."""
+    records = []
+    with path.open("rb") as stream:
+        for record in ArchiveIterator(stream):
+            status = record.http_headers.get_statuscode() if record.http_headers else None
+            if record.rec_type != "response":
+                status = None
+            records.append(
+                (record.rec_type, record.rec_headers.get_header("WARC-Target-URI"), status)
+            )
+    return records
+
+
+def warcio_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WARCIO, "check", "-v", str(path)], capture_output=True, text=True)
+
+
+async def drop(request: Request) -> Reply:
+    raise DropConnection
+
+
+SITE = {
+    "/robots.txt": Reply(
+        headers=(("content-type", "text/plain"),),
+        body=b"User-agent: *\nDisallow: /private\n",
+    ),
+    "/": Reply.html(
+        '<a href="/a">a</a> <a href="/moved">m</a> <a href="/missing">x</a>'
+        ' <a href="/broken">b</a> <a href="/private/p">p</a>'
+    ),
+    "/a": Reply.html("a page"),
+    "/moved": Reply.redirect("/a"),
+    "/broken": drop,
+}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.trio
+async def test_warc_archives_every_attempt_and_every_record_has_its_response(
+    tmp_path: Path, engine: str
+) -> None:
+    output, warc = tmp_path / "out.jsonl", tmp_path / "crawl.warc.gz"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server(SITE) as server:
+            result = await run_cli(
+                *["--engine", engine, "--max-tries", "2", "-o", str(output)],
+                *["--warc", str(warc), server.url()],
+            )
+    assert result.returncode == 0, result.stderr
+    records = read_records(output)
+    archived = read_warc(warc)
+    assert archived[0][0] == "warcinfo"
+    responses = {(uri, status) for kind, uri, status in archived if kind == "response"}
+    # Every record with a status has a response record for its URL with that status.
+    for record in records:
+        if record["status"] is not None:
+            assert (record["url"], str(record["status"])) in responses, record
+    # robots.txt is archived though it is not a record; the disallowed page is neither.
+    assert (server.url("/robots.txt"), "200") in responses
+    assert not any(uri == server.url("/private/p") for _, uri, _ in archived)
+    assert server.url("/private/p") not in {record["url"] for record in records}
+    # The failed URL: one request per attempt, each with a metadata record saying why.
+    broken = [kind for kind, uri, _ in archived if uri == server.url("/broken")]
+    assert broken == ["request", "metadata"] * 2
+    # Requests and responses pair up, one request per attempt.
+    requests = [uri for kind, uri, _ in archived if kind == "request"]
+    assert len(requests) == len(server.requests)
+    check = warcio_check(warc)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "digest pass" in check.stdout
+
+
+@pytest.mark.parametrize("engine", ["trio", "asyncio"])
+@pytest.mark.trio
+async def test_warc_of_an_interrupted_crawl_is_valid_to_its_last_record(
+    tmp_path: Path, engine: str
+) -> None:
+    warc = tmp_path / "crawl.warc"
+    hanging = trio.Event()
+    never = never_answers(hanging)
+
+    routes = {"/": Reply.html('<a href="/a">a</a>'), "/a": Reply.html('<a href="/n">n</a>')}
+    with trio.fail_after(HANG_LIMIT):
+        async with (
+            open_test_server({**routes, "/n": never}) as server,
+            trio.open_nursery() as nursery,
+        ):
+            command = [sys.executable, "-m", "trio_crawler", "--engine", engine]
+            command += ["--grace", "0", "--warc", str(warc), server.url()]
+            run = functools.partial(
+                trio.run_process, command, stdout=subprocess.DEVNULL, check=False
+            )
+            process = await nursery.start(run)
+            await hanging.wait()
+            process.send_signal(signal.SIGINT)
+    assert process.returncode == 130
+    archived = read_warc(warc)
+    assert ("response", server.url("/a"), "200") in archived
+    assert ("request", server.url("/n"), None) not in archived  # never finished
+    assert warcio_check(warc).returncode == 0
+
+
+def run_in_terminal(args: list[str]) -> tuple[int, str]:
+    """Run the CLI with stderr on a pseudo-terminal; return its status and what it drew."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trio_crawler", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+        env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
+    )
+    os.close(terminal)
+    drawn = bytearray()
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the child closed its end of the terminal
+            break
+        if not chunk:
+            break
+        drawn.extend(chunk)
+    os.close(controller)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn.decode(errors="replace"))
+    return process.wait(timeout=HANG_LIMIT), text
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_progress_is_drawn_on_a_terminal(engine: str) -> None:
+    status, drawn = run_in_terminal(["--demo", "--engine", engine])
+    assert status == 0
+    for label in ("done", "queued", "in flight", "pages/s", "errors"):
+        assert label in drawn, drawn[-500:]
+    # The last line drawn is the finished crawl: every demo page done, nothing queued.
+    last = drawn.strip().splitlines()[-1]
+    assert last.startswith("333 done  0 queued  0 in flight"), last
+
+
+def test_no_progress_turns_it_off_on_a_terminal() -> None:
+    status, drawn = run_in_terminal(["--demo", "--no-progress"])
+    assert status == 0
+    assert "pages/s" not in drawn
+
+
+@pytest.mark.trio
+async def test_progress_is_not_drawn_when_stderr_is_not_a_terminal() -> None:
+    with trio.fail_after(HANG_LIMIT):
+        result = await run_cli("--demo")
+    assert result.returncode == 0
+    assert b"pages/s" not in result.stderr
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.trio
+async def test_limits_show_in_the_report(tmp_path: Path, engine: str) -> None:
+    output = tmp_path / "out.jsonl"
+    long_link = "/" + "x" * 3000
+    chain = {f"/{n}": Reply.html(f'<a href="/{n + 1}">next</a>') for n in range(1, 30)}
+    root = Reply.html(
+        f'<a href="/1">1</a> <a href="{long_link}">long</a> <a href="/private/">p</a>'
+    )
+    routes = {**SITE, **chain, "/": root}
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server(routes) as server:
+            result = await run_cli(
+                *["--engine", engine, "--max-pages", "5", "--max-tasks", "1"],
+                *["-o", str(output), server.url()],
+            )
+    assert result.returncode == 0, result.stderr
+    report = result.stdout.decode().splitlines()
+    assert report[-1] == "Finish reason: max-pages"
+    assert [record["url"] for record in read_records(output)] == [
+        server.url(path) for path in ("/", "/1", "/2", "/3", "/4")
+    ]
+    counters = {line.split()[1]: int(line.split()[0]) for line in report if line.startswith("  ")}
+    assert counters["links_too_long"] == 1
+    assert counters["robots_disallowed"] == 1
+    assert "Todo: 1" in report  # /5 was queued when the limit stopped the crawl
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-o", "/nonexistent/out.jsonl", "--warc", "ok.warc"],
+            "--output '/nonexistent/out.jsonl'",
+        ),
+        (
+            ["-o", "ok.jsonl", "--warc", "/nonexistent/crawl.warc"],
+            "--warc '/nonexistent/crawl.warc'",
+        ),
+    ],
+)
+@pytest.mark.trio
+async def test_an_output_that_cannot_be_opened_is_a_one_line_usage_error(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    args = [arg if arg.startswith(("-", "/")) else str(tmp_path / arg) for arg in args]
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server({"/": Reply.html("hi")}) as server:
+            result = await run_cli(*args, server.url())
+    assert result.returncode == 2
+    lines = result.stderr.decode().splitlines()
+    assert lines == [f"trio-crawler: error: {message}: No such file or directory"]
+    assert server.requests == []

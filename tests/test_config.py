@@ -11,15 +11,14 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from dataclasses import Field, replace
+from dataclasses import Field
 from pathlib import Path
 
 import pytest
 
 import trio_crawler
-from trio_crawler._cli_args import CommandLine, UsageError, parse_args
+from trio_crawler._cli_args import CommandLine
 from trio_crawler._config import (
-    CLI_MAX_TASKS,
     SAME,
     ConfigError,
     CrawlConfig,
@@ -225,83 +224,6 @@ def test_every_flag_is_declared_once() -> None:
     assert len(flags) == len(set(flags))
     for name, _, spec, _ in all_declarations():
         assert spec.flags or spec.off_flags, f"{name} has no flag"
-
-
-def test_command_line_defaults_are_the_apis_but_max_tasks() -> None:
-    options = parse_args(["x.com"])
-    assert options.crawl == replace(CrawlOptions(), max_tasks=CLI_MAX_TASKS)
-    assert options == CommandLine(roots=("x.com",), crawl=options.crawl)
-
-
-@pytest.mark.parametrize(
-    ("argv", "name", "value"),
-    [
-        (["--exclude", "a|b"], "exclude", "a|b"),
-        (["--lenient"], "strict", False),
-        (["--strict"], "strict", True),
-        (["--max_redirect", "3"], "max_redirect", 3),
-        (["--max-tries", "2"], "max_tries", 2),
-        (["--timeout", "2.5"], "timeout", 2.5),
-        (["--max-time", "9"], "max_time", 9.0),
-        (["--max-pages", "5"], "max_pages", 5),
-        (["--max-depth", "0"], "max_depth", 0),
-        (["--max-size", "100"], "max_size", 100),
-        (["--max-url-length", "50"], "max_url_length", 50),
-        (["--ignore-robots"], "obey_robots", False),
-        (["--sitemaps"], "sitemaps", True),
-        (["--user-agent", "bot/1"], "user_agent", "bot/1"),
-        (["--max-per-host", "2"], "max_per_host", 2),
-        (["--delay", "0.5"], "delay", 0.5),
-    ],
-)
-def test_each_crawl_flag_sets_its_option(argv: list[str], name: str, value: object) -> None:
-    options = parse_args([*argv, "x.com"])
-    assert getattr(options.crawl, name) == value
-    assert type(getattr(options.crawl, name)) is type(value)
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["--demo"], {"demo": True, "roots": ()}),
-        (["--serve-demo", "--port", "8000"], {"serve_demo": True, "port": 8000}),
-        (["--engine", "asyncio", "x.com"], {"engine": "asyncio"}),
-        (["--grace", "0", "x.com"], {"grace": 0.0}),
-        (["-o", "-", "--warc", "a.warc", "x.com"], {"output": "-", "warc": "a.warc"}),
-        (["--no-progress", "x.com"], {"progress": False}),
-        (["-vv", "x.com"], {"verbose": 2, "log_level": 10}),
-        (["-q", "x.com"], {"quiet": True, "log_level": 40}),
-        (["x.com"], {"log_level": 30, "progress": True, "port": None, "grace": 5.0}),
-    ],
-)
-def test_each_command_line_flag_sets_its_option(
-    argv: list[str], expected: dict[str, object]
-) -> None:
-    options = parse_args(argv)
-    assert {key: getattr(options, key) for key in expected} == expected
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--max-depth", "-1", "x.com"], "--max-depth must be >= 0, not -1"),
-        (["--max-size", "1.5", "x.com"], "--max-size must be a whole number, not '1.5'"),
-        (["--delay", "61", "x.com"], "--delay must be from 0 to 60 seconds, not 61.0"),
-        (["--user-agent", "a\tb", "x.com"], "--user-agent must be printable ASCII"),
-        (["--grace", "-1", "x.com"], "--grace must be a number of seconds >= 0, not -1.0"),
-        (["--grace", "inf", "x.com"], "--grace must be a number of seconds >= 0, not inf"),
-        (["--serve-demo", "--port", "70000"], "--port must be from 0 to 65535, not 70000"),
-        (["--serve-demo", "--port", "x"], "--port must be a whole number, not 'x'"),
-        (["--engine", "curio", "x.com"], "--engine must be one of trio, anyio-trio, "),
-        (["--strict", "--lenient", "x.com"], "not allowed with argument --strict"),
-        ([""], "ROOT has '', which is not an http(s) URL"),
-        (["--serve-demo", "x.com"], "--serve-demo only serves the demo site"),
-    ],
-)
-def test_usage_errors_name_the_flag(argv: list[str], message: str) -> None:
-    with pytest.raises(UsageError) as raised:
-        parse_args(argv)
-    assert message in str(raised.value)
 
 
 # --- the README --------------------------------------------------------------------------

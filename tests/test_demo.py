@@ -48,6 +48,7 @@ from demo_expectations import (
     media_type,
     redirect_paths,
 )
+from support import HANG_LIMIT
 
 ROOT = "http://demo.test/"
 PARSED_TYPES = {"text/html", "application/xhtml+xml"}
@@ -403,7 +404,7 @@ def assert_quiet(caplog: pytest.LogCaptureFixture) -> None:
 @pytest.mark.trio
 async def test_serve_on_trio(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    with trio.fail_after(10):
+    with trio.fail_after(HANG_LIMIT):
         async with httpx.AsyncClient() as client, trio.open_nursery() as nursery:
             root = await nursery.start(serve_demo)
             await exercise(client, root)
@@ -414,7 +415,7 @@ async def test_serve_on_trio(caplog: pytest.LogCaptureFixture) -> None:
 
 @pytest.mark.trio
 async def test_cancel_at_once_on_trio() -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(HANG_LIMIT):
         async with trio.open_nursery() as nursery:
             root = await nursery.start(serve_demo)
             nursery.cancel_scope.cancel()
@@ -426,7 +427,7 @@ async def test_serve_under_virtual_time_on_trio(virtual_clock: trio.testing.Mock
     # The engine tests run Trio on a MockClock that jumps whenever every task waits, socket
     # I/O included. Hypercorn's timers (keep-alive, graceful stop) then fire early; the demo
     # must still serve, and the client must cope with keep-alive connections it closed.
-    with trio.fail_after(1000):
+    with trio.fail_after(HANG_LIMIT):
         async with httpx.AsyncClient() as client, trio.open_nursery() as nursery:
             root = await nursery.start(serve_demo)
             await exercise(client, root)
@@ -441,7 +442,7 @@ async def test_port_in_use_raises_before_started() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with trio.fail_after(10):
+        with trio.fail_after(HANG_LIMIT):
             async with trio.open_nursery() as nursery:
                 # start() raises the task's own error when it fails before started().
                 with pytest.raises(OSError, match="in use"):
@@ -462,7 +463,7 @@ async def test_app_acknowledges_lifespan_and_returns() -> None:
     scope: LifespanScope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
     await to_app.send({"type": "lifespan.startup"})
     await to_app.send({"type": "lifespan.shutdown"})
-    with trio.fail_after(10):
+    with trio.fail_after(HANG_LIMIT):
         await app(scope, app_inbox.receive, send)
     assert sent == [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
 
@@ -472,10 +473,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+# Intended twin of test_serve_on_trio: the same checks, served on asyncio through AnyIO.
 @pytest.mark.anyio
 async def test_serve_on_asyncio(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    with anyio.fail_after(10):
+    with anyio.fail_after(HANG_LIMIT):
         async with httpx.AsyncClient() as client, anyio.create_task_group() as task_group:
             root = await task_group.start(serve_demo)
             await exercise(client, root)
@@ -486,7 +488,7 @@ async def test_serve_on_asyncio(caplog: pytest.LogCaptureFixture) -> None:
 
 @pytest.mark.anyio
 async def test_cancel_at_once_on_asyncio() -> None:
-    with anyio.fail_after(10):
+    with anyio.fail_after(HANG_LIMIT):
         async with anyio.create_task_group() as task_group:
             root = await task_group.start(serve_demo)
             task_group.cancel_scope.cancel()

@@ -12,8 +12,6 @@ examples use a naive href regex and follow no redirects, so they are not held to
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -22,30 +20,17 @@ import trio
 from trio_crawler._demo import build_demo_site, serve_demo
 
 from demo_expectations import html_paths
+from support import run_example
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = ["examples/01_callbacks.py", "examples/02_generator_coroutines.py"]
 # The demo's six top-level sections (see the layout in trio_crawler/_demo.py): every page under
 # them, and the home, archive and features pages, is reachable from "/" by plain links.
 SECTIONS = ("coroutines", "nurseries", "cancellation", "channels", "sockets", "protocols")
-# Generous: each example crawls the demo in about a second.
-RUN_LIMIT = 60
 # Runs of one example per test. The examples have no concurrency cap, as in the chapter: ~300
 # connections open at once. Hypercorn closes a connection that has sent no complete request
 # within its keep_alive_timeout (5 s, counted from accept), so on a heavily loaded machine a
 # crawl can see a few connections closed empty ("error"). Such a run is retried once.
 ATTEMPTS = 2
-
-
-async def run_example(script: str, *args: str) -> subprocess.CompletedProcess[bytes]:
-    with trio.fail_after(RUN_LIMIT):
-        return await trio.run_process(
-            [sys.executable, script, *args],
-            cwd=REPO,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
 
 
 def parse_output(result: subprocess.CompletedProcess[bytes]) -> tuple[list[tuple[str, str]], int]:

@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import trio
@@ -21,26 +20,13 @@ import trio
 from trio_crawler._demo import build_demo_site, serve_demo
 
 from demo_expectations import expected_urls
+from support import HANG_LIMIT, REPO, run_example
 
-REPO = Path(__file__).resolve().parent.parent
 FETCHED = re.compile(r"fetched (\S+) (\d{3}|None)")
-# Generous: an example imports httpx and friends, and may start a demo server of its own.
-EXAMPLE_LIMIT = 60
 
 TRIO_CRAWL = "examples/04_trio_crawl.py"
 ANYIO_CRAWL = "examples/05_anyio_on_asyncio.py"
 DEADLINE = "examples/06_deadline_and_ctrl_c.py"
-
-
-async def run_example(script: str, *args: str) -> subprocess.CompletedProcess[bytes]:
-    with trio.fail_after(EXAMPLE_LIMIT):
-        return await trio.run_process(
-            [sys.executable, script, *args],
-            cwd=REPO,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
 
 
 def fetched_urls(stdout: str) -> list[str]:
@@ -96,7 +82,7 @@ async def test_deadline_stops_the_crawl_early() -> None:
 async def test_ctrl_c_stops_the_crawl_cleanly() -> None:
     async with trio.open_nursery() as nursery:
         root = await nursery.start(serve_demo)
-        with trio.fail_after(EXAMPLE_LIMIT):
+        with trio.fail_after(HANG_LIMIT):
             output = await interrupt_after_first_record(root)
         nursery.cancel_scope.cancel("example done")
     returncode, stdout = output

@@ -17,7 +17,9 @@ from types import ModuleType, SimpleNamespace
 
 import httpx
 import pytest
+import trio
 
+from trio_crawler import Crawler
 from trio_crawler._config import ConfigError
 from trio_crawler._events import FetchError, Outcome, Response
 from trio_crawler._fetch import (
@@ -88,6 +90,18 @@ def test_a_library_not_installed_is_a_config_error_naming_the_installed_ones() -
         choose_http_library({"TRIO_CRAWLER_HTTP": "x"})
     assert raised.value.option == "TRIO_CRAWLER_HTTP"
     assert raised.value.problem == f"must name an installed library ({names}), not 'x'"
+
+
+def test_an_http_library_not_installed_stops_a_crawler_that_makes_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRIO_CRAWLER_HTTP", "urllib3")
+    with pytest.raises(ConfigError, match=r"^TRIO_CRAWLER_HTTP must name"):
+        Crawler(["http://127.0.0.1/"])
+    # Given a client, the crawler makes none, and the setting does not matter.
+    client = httpx.AsyncClient()
+    Crawler(["http://127.0.0.1/"], client=client)
+    trio.run(client.aclose)
 
 
 def test_the_user_agent_starts_with_the_robots_product_token() -> None:

@@ -12,8 +12,9 @@ them all in one crawl: that also shows they do not disturb each other, and keeps
 quick. Such a test compares whole tables, so one failure names every path that went wrong.
 
 The misbehaving server is tests/hostile_server.py, which writes raw bytes because HTTP
-libraries refuse to send broken responses. Network errors are retried (CONTRACT.md), so
-the tests crawl with ``max_tries=2`` and check that the server saw exactly two tries.
+libraries refuse to send broken responses. Network errors are retried, up to ``max_tries``
+attempts (README.md, "Limits and failure handling"), so the tests crawl with ``max_tries=2``
+and check that the server saw exactly two tries.
 
 Each test runs once per engine (the ``engine`` fixture in conftest.py); on the Trio
 backend under Trio's virtual clock, so a server that drips for minutes costs no real time,
@@ -27,7 +28,6 @@ import logging
 import re
 import tracemalloc
 from collections.abc import Callable, Mapping
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
@@ -37,6 +37,7 @@ import pytest
 from trio_crawler import FetchStatistic
 from trio_crawler._crawler import CrawlerBase
 
+import support
 from conftest import Engine
 from hostile_server import (
     Behaviour,
@@ -58,32 +59,21 @@ from hostile_server import (
     send_and_close,
     short_body,
 )
+from support import HANG_LIMIT, by_url
 
 pytestmark = pytest.mark.anyio
 
-HANG_LIMIT = 60  # seconds (virtual on Trio); a crawl that needs more is hung
 HOSTILE = "/hostile"
 MIB = 2**20
+
+
+# robots.txt is not what these tests are about; a network error is tried twice (see above).
+crawl = functools.partial(support.crawl, obey_robots=False, max_tries=2)
 
 
 def site(hostiles: Mapping[str, Behaviour]) -> dict[str, Behaviour]:
     """The site every test crawls: ``/`` links to each hostile path and to ``/ok``."""
     return {"/": page(*hostiles, "/ok"), "/ok": page("/ok2"), "/ok2": page(), **hostiles}
-
-
-async def crawl(engine: Engine, roots: list[str] | str, **options: Any) -> CrawlerBase:
-    options.setdefault("obey_robots", False)  # robots.txt is not what these tests are about
-    options.setdefault("max_tries", 2)
-    crawler = engine.crawler([roots] if isinstance(roots, str) else roots, **options)
-    with anyio.fail_after(HANG_LIMIT):
-        await crawler.crawl()
-    return crawler
-
-
-def by_url(crawler: CrawlerBase) -> dict[str, FetchStatistic]:
-    records = {stat.url: stat for stat in crawler.done}
-    assert len(records) == len(crawler.done), "a URL was recorded twice"
-    return records
 
 
 def assert_rest_of_crawl_fine(crawler: CrawlerBase, server: HostileServer) -> None:
@@ -189,7 +179,7 @@ async def test_network_failures_are_retried_then_recorded(engine: Engine) -> Non
 
 # Servers that keep the connection busy but never finish a response: only the timeout of
 # the whole attempt ends them, since each drip would reset a per-read timeout. (A server
-# that never answers at all is tests/test_engine.py's test_per_attempt_timeout_...)
+# that never answers at all is test_engines.py's test_per_attempt_timeout_...)
 @pytest.mark.parametrize(
     "endless", [endless_headers, drip_body], ids=["header section never ends", "body drips"]
 )
@@ -263,7 +253,8 @@ async def test_bodies_larger_than_max_size_are_not_read(engine: Engine) -> None:
     assert records[server.url("/8-mib")].exception == (
         f"ResponseTooLarge: body exceeds {MIB} bytes"
     )
-    # A status-200 record has a type and an encoding, read or not (CONTRACT.md).
+    # A status-200 record has a type and an encoding, read or not: the encoding is the
+    # Content-Type charset, else utf-8 (README.md, "Limits and failure handling").
     assert {(stat.content_type, stat.encoding) for stat in crawler.done} == {("text/html", "utf-8")}
     # Not retried: the next try would be as large.
     assert {path: server.hits[path] for path in OVERSIZED} == dict.fromkeys(OVERSIZED, 1)
@@ -304,7 +295,8 @@ async def test_body_that_is_not_the_gzip_it_claims(engine: Engine) -> None:
 
 # -- redirects -----------------------------------------------------------------------------
 
-# Each Location the crawler cannot use; the record must be like a 404's (CONTRACT.md).
+# Each Location the crawler cannot use; the record must be like a 404's: the status, no
+# next_url (README.md, "Limits and failure handling").
 UNUSABLE_LOCATIONS = {
     "/no-location": None,
     "/empty-location": b"",

@@ -27,6 +27,7 @@ from trio_crawler._events import Response
 from trio_crawler._fetch import choose_http_library, fetch, open_client
 
 from httpserver import Reply, Request, open_test_server
+from support import HANG_LIMIT
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +57,7 @@ async def test_worker_client_serves_after_hundreds_of_random_cancellations() -> 
         open_client(library=choose_http_library(), max_connections=1) as client,
     ):
         server.fallback(jittery)
-        with anyio.fail_after(120):
+        with anyio.fail_after(HANG_LIMIT):
             for n in range(CANCELLATIONS):
                 with anyio.move_on_after(rng.uniform(0, MAX_DELAY)):
                     outcome = await fetch(client, server.url(f"/p{n}"))
@@ -65,7 +66,7 @@ async def test_worker_client_serves_after_hundreds_of_random_cancellations() -> 
         assert CANCELLATIONS - completed >= CANCELLATIONS // 4, "too few were cancelled"
 
         # A leaked slot would leave these waiting for a connection forever.
-        with anyio.fail_after(30):
+        with anyio.fail_after(HANG_LIMIT):
             for n in range(5):
                 outcome = await fetch(client, server.url(f"/after/{n}"))
                 assert isinstance(outcome, Response)

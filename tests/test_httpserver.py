@@ -15,10 +15,7 @@ import trio
 import trio.testing
 
 from httpserver import DropConnection, Reply, Request, open_test_server
-
-# Generous for a test on virtual time (the clock jumps whenever every task waits) and far
-# longer than any test here needs in real time.
-GUARD_SECONDS = 30
+from support import HANG_LIMIT
 
 
 def open_client(**options: object) -> httpx.AsyncClient:
@@ -28,7 +25,7 @@ def open_client(**options: object) -> httpx.AsyncClient:
 
 @pytest.mark.trio
 async def test_routes_answer_and_unknown_targets_get_404() -> None:
-    with trio.fail_after(GUARD_SECONDS):
+    with trio.fail_after(HANG_LIMIT):
         async with (
             open_test_server({"/": Reply.html("<p>home</p>")}) as server,
             open_client() as client,
@@ -49,7 +46,7 @@ async def test_routes_answer_and_unknown_targets_get_404() -> None:
 @pytest.mark.trio
 async def test_keep_alive_serves_many_requests_on_one_connection() -> None:
     routes = {"/a": Reply.html("a"), "/b": Reply.html("b")}
-    with trio.fail_after(GUARD_SECONDS):
+    with trio.fail_after(HANG_LIMIT):
         async with open_test_server(routes) as server, open_client() as client:
             for target in ["/a", "/b", "/a"]:
                 assert (await client.get(server.url(target))).status_code == 200
@@ -60,7 +57,7 @@ async def test_keep_alive_serves_many_requests_on_one_connection() -> None:
 
 @pytest.mark.trio
 async def test_connection_close_from_the_client_is_honoured() -> None:
-    with trio.fail_after(GUARD_SECONDS):
+    with trio.fail_after(HANG_LIMIT):
         async with open_test_server({"/": Reply.html("x")}) as server, open_client() as client:
             for _ in range(2):
                 response = await client.get(server.url(), headers={"connection": "close"})
@@ -69,9 +66,10 @@ async def test_connection_close_from_the_client_is_honoured() -> None:
     assert server.connections == 2
 
 
+# Alike by design: each server behaviour is checked with the same guard-and-client steps.
 @pytest.mark.trio
 async def test_drop_first_hangs_up_without_a_response_then_answers() -> None:
-    with trio.fail_after(GUARD_SECONDS):
+    with trio.fail_after(HANG_LIMIT):
         async with (
             open_test_server({"/flaky": Reply.html("ok")}) as server,
             open_client() as client,
@@ -99,7 +97,7 @@ async def test_async_handler_sees_the_request_and_may_be_slow(
         await anyio.sleep(4)
         return Reply(status=201, headers=(("x-method", request.method),), body=b"made")
 
-    with trio.fail_after(GUARD_SECONDS):
+    with trio.fail_after(HANG_LIMIT):
         async with open_test_server({"/make?id=7": slow_echo}) as server, open_client() as client:
             start = trio.current_time()
             response = await client.post(server.url("/make?id=7"), content=b"payload")
@@ -124,7 +122,7 @@ async def test_redirect_and_fallback_replies() -> None:
             raise DropConnection
         return Reply.html(f"page {request.target}", charset=None)
 
-    with trio.fail_after(GUARD_SECONDS):
+    with trio.fail_after(HANG_LIMIT):
         async with open_test_server({"/old": Reply.redirect("/new", status=301)}) as server:
             server.fallback(generated_site)
             async with open_client(follow_redirects=True) as client:
@@ -151,7 +149,7 @@ async def test_in_flight_counts_concurrent_requests_on_virtual_time(
     async def fetch(client: httpx.AsyncClient, url: str) -> None:
         statuses.append((await client.get(url)).status_code)
 
-    with trio.fail_after(GUARD_SECONDS):
+    with trio.fail_after(HANG_LIMIT):
         async with open_test_server() as server:
             server.fallback(slow)
             # httpx's default 5 s timeout is virtual time too: a 10 s handler needs more.
@@ -176,7 +174,7 @@ async def test_exit_cancels_a_handler_that_never_answers(
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
-    with trio.fail_after(GUARD_SECONDS):
+    with trio.fail_after(HANG_LIMIT):
         async with open_test_server({"/hang": never}) as server, open_client(timeout=3) as client:
             start = trio.current_time()
             with pytest.raises(httpx.ReadTimeout):
@@ -187,7 +185,7 @@ async def test_exit_cancels_a_handler_that_never_answers(
 
 @pytest.mark.trio
 async def test_an_error_in_the_body_propagates_unwrapped() -> None:
-    with trio.fail_after(GUARD_SECONDS), pytest.raises(KeyError, match="oops"):
+    with trio.fail_after(HANG_LIMIT), pytest.raises(KeyError, match="oops"):
         async with open_test_server():
             raise KeyError("oops")
 
@@ -200,7 +198,7 @@ def anyio_backend() -> str:
 @pytest.mark.anyio
 async def test_the_same_server_runs_on_asyncio() -> None:
     routes = {"/": Reply.html("home"), "/flaky": Reply.html("ok")}
-    with anyio.fail_after(GUARD_SECONDS):
+    with anyio.fail_after(HANG_LIMIT):
         async with open_test_server(routes) as server, open_client() as client:
             server.drop_first("/flaky", 1)
             assert (await client.get(server.url("/"))).text == "home"

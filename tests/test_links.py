@@ -256,6 +256,7 @@ def test_extract_keeps_a_very_long_url() -> None:
     assert links_of(f'<a href="{url}">x</a>') == {url}
 
 
+# Same shape as test_urls.py's tables by design: one parametrized table per rule.
 @pytest.mark.parametrize(
     ("encoding", "path"),
     [

@@ -11,7 +11,7 @@ import pytest
 
 import trio_crawler
 
-from conftest import CONTRACT_KEYS
+from support import RECORD_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,7 @@ def test_every_engine_has_the_same_crawler() -> None:
 
 def test_fetch_statistic_fields_are_the_contract() -> None:
     fields = list(trio_crawler.FetchStatistic.__dataclass_fields__)
-    assert fields == CONTRACT_KEYS
+    assert fields == RECORD_KEYS
 
 
 def test_crawler_signature_is_the_contract() -> None:

@@ -7,7 +7,7 @@ import json
 from trio_crawler import FetchStatistic
 from trio_crawler._report import format_report
 
-from conftest import CONTRACT_KEYS
+from support import RECORD_KEYS
 
 RECORDS = [
     FetchStatistic(
@@ -79,7 +79,7 @@ def test_only_counted_counters_are_printed_and_zero_time_is_safe() -> None:
 
 def test_record_json_has_exactly_the_contract_keys_in_order() -> None:
     record = json.loads(RECORDS[1].to_json())
-    assert list(record) == CONTRACT_KEYS
+    assert list(record) == RECORD_KEYS
     assert record == {
         "url": "http://h/a",
         "next_url": "http://h/b",

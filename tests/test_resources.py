@@ -66,10 +66,10 @@ from trio_crawler import FetchStatistic
 
 from conftest import Engine
 from httpserver import DropConnection, Reply, Request, TestServer
+from support import HANG_LIMIT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_time]
 
-HANG_LIMIT = 120  # real seconds for the crawl; one that needs more is hung
 CLOSE_LIMIT = 10  # real seconds for the server to see the crawler's connections closed
 # Links on each hub page, one of them the next hub. The crawler takes batches of links in
 # the order pages were fetched, so the frontier never holds more than two hubs' links,

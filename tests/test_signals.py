@@ -1,12 +1,12 @@
 """Signals and shutdown: real SIGINT and SIGTERM sent to ``python -m trio_crawler``.
 
-What a user and a service manager are promised (CONTRACT.md, exit status; ``_cli.py``): the
-first SIGINT or SIGTERM stops scheduling new URLs and gives the requests in flight
-``--grace`` seconds (default 5) to finish, then cancels them; a second signal cancels them
-at once. Either way every finished URL is in the output as a whole JSON line, the report
-is printed with ``Finish reason: interrupted``, the exit status is 130, and nothing
-complains on the way out: no traceback, no unclosed resource, no task destroyed pending,
-no coroutine never awaited.
+What a user and a service manager are promised (README.md, "Using it", on the exit status;
+``_cli.py``): the first SIGINT or SIGTERM stops scheduling new URLs and gives the requests
+in flight ``--grace`` seconds (default 5) to finish, then cancels them; a second signal
+cancels them at once. Either way every finished URL is in the output as a whole JSON
+line, the report is printed with ``Finish reason: interrupted``, the exit status is 130,
+and nothing complains on the way out: no traceback, no unclosed resource, no task
+destroyed pending, no coroutine never awaited.
 
 Every test but one (which is about the CLI alone) runs once per engine. The child runs in
 Python's development mode (``-X dev``: asyncio's debug mode, ``Task was destroyed`` and
@@ -38,7 +38,6 @@ every assertion message, so a failure can be replayed.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import random
 import signal
@@ -54,10 +53,9 @@ import trio
 
 from trio_crawler._cli import ENGINES
 
-from conftest import CONTRACT_KEYS
 from httpserver import DropConnection, Handler, Reply, Request, open_test_server
+from support import HANG_LIMIT, page, read_records
 
-HANG_LIMIT = 60  # real seconds; generous for a loaded machine
 # The child is checked for these on stderr. "Exception ignored" is how Python reports an
 # exception raised in a finaliser (an unclosed socket's __del__, say).
 COMPLAINTS = (
@@ -179,27 +177,6 @@ async def wait_either(first: trio.Event, second: trio.Event) -> None:
         nursery.start_soon(wait_then_cancel, second)
 
 
-def page(*hrefs: str) -> Reply:
-    return Reply.html("".join(f'<a href="{href}">{href}</a>\n' for href in hrefs))
-
-
-def read_output(path: Path, context: object) -> list[dict[str, object]]:
-    """The records of a JSON Lines file, each checked to be a whole line with the
-    contract's keys; ``context`` goes into the assertion messages."""
-    text = path.read_text(encoding="utf-8")
-    assert text == "" or text.endswith("\n"), f"last line cut short: {text[-200:]!r}\n{context}"
-    records = []
-    for number, line in enumerate(text.splitlines(), 1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise AssertionError(
-                f"line {number} is not JSON ({exc}): {line!r}\n{context}"
-            ) from None
-        assert list(records[-1]) == CONTRACT_KEYS, f"line {number}: {line}\n{context}"
-    return records
-
-
 def assert_clean_interrupted_exit(
     child: Child, records: list[dict[str, object]], context: object = ""
 ) -> None:
@@ -252,7 +229,7 @@ async def test_grace_lets_the_requests_in_flight_finish(tmp_path: Path, engine: 
                 child.process.send_signal(signal.SIGINT)
                 await child.wait_for_stderr(GRACE_LINE)
                 grace_started.set()
-    records = read_output(output, child)
+    records = read_records(output, child)
     assert sorted(urls(records)) == sorted(server.url(p) for p in ("/", *SLOW_PAGES)), child
     assert not set(server.hits) & set(QUEUED_PAGES), child
     assert_clean_interrupted_exit(child, records)
@@ -292,13 +269,14 @@ async def test_grace_expires_and_the_request_in_flight_is_cancelled(
                 await wait_either(never_requested, child.exited)
                 child.process.send_signal(signal.SIGINT)
                 signalled_at = trio.current_time()
-    records = read_output(output, child)
+    records = read_records(output, child)
     assert sorted(urls(records)) == [server.url("/"), server.url("/ok")], child
     assert_clean_interrupted_exit(child, records)
     assert "Todo: 1" in child.report(), child
     assert 1 <= child.exited_at - signalled_at < 10, child
 
 
+# Same shape as the grace test above on purpose: one signal plan per test, read side by side.
 @pytest.mark.parametrize(
     ("engine", "second"),
     [
@@ -328,7 +306,7 @@ async def test_a_second_signal_cancels_at_once(
                 await child.wait_for_stderr(GRACE_LINE)
                 child.process.send_signal(second)
                 signalled_at = trio.current_time()
-    records = read_output(output, child)
+    records = read_records(output, child)
     assert sorted(urls(records)) == [server.url("/"), server.url("/ok")], child
     assert_clean_interrupted_exit(child, records)
     assert f"got {second.name}: {NOW_LINE}" in child.stderr.decode(), child
@@ -528,7 +506,7 @@ async def test_interrupted_at_a_random_moment(tmp_path: Path, engine: str, run: 
                 site.child_acted.set()
                 site.thawed.set()
 
-    records = read_output(output, f"{context()}\n{child}")
+    records = read_records(output, f"{context()}\n{child}")
     assert_clean_interrupted_exit(child, records, context())
     fetched = set(urls(records))
     assert len(fetched) == len(records), f"a URL recorded twice: {context()}\n{child}"

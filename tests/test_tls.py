@@ -24,10 +24,10 @@ import trustme
 
 from conftest import Engine
 from httpserver import Reply, open_test_server
+from support import HANG_LIMIT
 
 pytestmark = pytest.mark.anyio
 
-HANG_LIMIT = 60  # seconds (virtual on Trio)
 SITE = {
     "/": Reply.html('<a href="/a">a</a> <a href="/b">b</a>'),
     "/a": Reply.html('<a href="/">home</a>'),

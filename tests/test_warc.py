@@ -50,6 +50,7 @@ PAGE = Exchange(
     ),
     body=gzip.compress(PAGE_HTML, mtime=0),
 )
+# The Exchange constants here share a shape by design: one sample exchange per kind.
 REDIRECT = Exchange(
     url="http://site.test/old",
     request_headers=(("Host", "site.test"),),

@@ -34,10 +34,8 @@ from trio.testing import MockClock
 
 from conftest import AUTOJUMP_THRESHOLD
 from httpserver import Reply, Request
+from support import page
 
-# Real seconds (virtual on Trio's clock) before an unexpected hang fails a test. Generous:
-# it costs nothing unless something is wrong, and a loaded CI machine can be slow.
-HANG_LIMIT = 30.0
 # Seconds a hang detector waits before a test concludes that the hang it set up is a hang
 # (real on asyncio, virtual on Trio's clock). Before the detector starts, each test either
 # sequences the crawl with events to the point where nothing can make progress, or the
@@ -49,11 +47,6 @@ CHILDREN = Path(__file__).resolve().parent
 PYTHON = sys.executable
 
 Fetch = Callable[[str], Awaitable[Iterable[str]]]
-
-
-def page(*hrefs: str) -> Reply:
-    """An HTML page linking to ``hrefs``."""
-    return Reply.html("".join(f'<a href="{href}">{href}</a>\n' for href in hrefs))
 
 
 def links_of(url: str, html: str) -> set[str]:
@@ -269,6 +262,7 @@ async def crawl_on_a_nursery(
     return fetched
 
 
+# Intended twin of crawl_on_a_nursery: the same crawl on AnyIO, to compare line by line.
 async def crawl_on_a_task_group(
     roots: Iterable[str],
     fetch: Fetch,

@@ -89,6 +89,7 @@ async def trio_main() -> None:
         log_main_finally()
 
 
+# Alike by design: the same worker and main on each runtime, so only the runtime differs.
 async def anyio_worker(name: str) -> None:
     global running_workers
     running_workers += 1

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 
 import pytest
 import trio
-from cancellation_support import CHILDREN, HANG_LIMIT, PYTHON, page
 
 from trio_crawler._cli import ENGINES
 
+from cancellation_support import CHILDREN, PYTHON
 from httpserver import Handler, Reply, Request, open_test_server
+from support import HANG_LIMIT, page
 
 # The engines the CLI's Ctrl-C test runs: every one the CLI offers.
 CLI_ENGINES = list(ENGINES)

@@ -22,9 +22,12 @@ import anyio
 import httpx
 import pytest
 import trio
+from trio.testing import MockClock
+
+from trio_crawler import Crawler
+
 from cancellation_support import (
     EXPECTED_HANG,
-    HANG_LIMIT,
     ChapterCrawler,
     GatedSite,
     anyio_backend_spec,
@@ -33,15 +36,12 @@ from cancellation_support import (
     crawl_until_the_root_is_requested,
     fan_out_links,
     http_fetch,
-    page,
 )
-from trio.testing import MockClock
-
-from trio_crawler import Crawler
-
 from httpserver import Reply, Request, open_test_server
+from support import HANG_LIMIT, page
 
 
+# Imports and fixture alike in test_cancellation_shutdown.py on purpose: the same scenario tools.
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
     return anyio_backend_spec(request.param)
@@ -207,6 +207,7 @@ def test_i_asyncio_workers_putting_into_their_own_bounded_queue_deadlock() -> No
     assert sorted(asyncio.run(scenario())) == ["worker 0", "worker 1"]
 
 
+# Intended twin of the Trio test above: scenario i on AnyIO, compared in the docs' table.
 @pytest.mark.anyio
 async def test_i_anyio_workers_sending_into_their_own_bounded_stream_deadlock(
     anyio_backend: tuple[str, dict[str, object]],

@@ -26,8 +26,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 import trio
-from cancellation_support import HANG_LIMIT, anyio_backend_spec
 from trio.testing import MockClock
+
+from cancellation_support import anyio_backend_spec
+from support import HANG_LIMIT
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -291,6 +293,7 @@ async def test_e_anyio_cleanup_dies_at_its_first_checkpoint_unless_shielded(
 # -- j. Cancelled before its first step ----------------------------------------------------
 
 
+# Intended twin of taskgroup's scenario j: the same steps, a bare task instead of a group.
 def test_j_asyncio_task_cancelled_before_its_first_step_never_runs() -> None:
     """asyncio: ``cancel()`` before the task's first step means the coroutine is never
     entered: neither its body nor its ``finally`` runs."""
@@ -336,6 +339,7 @@ async def test_j_trio_task_started_in_a_cancelled_nursery_runs_to_its_first_chec
     assert events == ["body started", "finally"]
 
 
+# Intended twin of the Trio test above: scenario j on AnyIO, compared in the docs' table.
 @pytest.mark.anyio
 async def test_j_anyio_task_started_in_a_cancelled_group_runs_to_its_first_checkpoint(
     anyio_backend: tuple[str, dict[str, object]],

@@ -26,10 +26,13 @@ import anyio
 import httpx
 import pytest
 import trio
+from trio.testing import MockClock
+
+from trio_crawler import Crawler
+
 from cancellation_support import (
     CHILDREN,
     EXPECTED_HANG,
-    HANG_LIMIT,
     PYTHON,
     ChapterCrawler,
     anyio_backend_spec,
@@ -37,11 +40,8 @@ from cancellation_support import (
     crawl_on_a_nursery,
     crawl_on_a_task_group,
 )
-from trio.testing import MockClock
-
-from trio_crawler import Crawler
-
 from mock_http import streaming_transport
+from support import HANG_LIMIT
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -23,17 +23,17 @@ from collections.abc import Iterable
 
 import httpx
 import pytest
+
 from cancellation_support import (
     EXPECTED_HANG,
-    HANG_LIMIT,
     ChapterCrawler,
     GatedSite,
     crawl_until_the_root_is_requested,
     fan_out_links,
     http_fetch,
 )
-
 from httpserver import open_test_server
+from support import HANG_LIMIT
 
 
 async def fetch_nothing(url: str) -> Iterable[str]:
@@ -58,6 +58,7 @@ def test_g_taskgroup_forgotten_shutdown_is_a_hang_not_a_leak() -> None:
     asyncio.run(scenario())
 
 
+# Intended twin of shutdown's scenario b on AnyIO: the same steps with asyncio.TaskGroup.
 def test_g_taskgroup_worker_error_cancels_siblings_and_raises_at_once() -> None:
     """b. A worker's error cancels the sibling in the middle of its fetch and comes out of
     the group at once as an ExceptionGroup, where the chapter's ``join()`` would hang."""
@@ -176,6 +177,7 @@ def test_g_taskgroup_task_cancelled_before_its_first_step_never_runs() -> None:
     assert asyncio.run(scenario()) == []
 
 
+# Intended twin of deadlines' asyncio scenario i: the same deadlock, workers in a TaskGroup.
 def test_g_taskgroup_workers_feeding_their_own_bounded_queue_still_deadlock() -> None:
     """i. The circular-flow deadlock is the bounded queue's doing: with the workers in a
     TaskGroup they still end up both waiting in ``put()`` on a full queue. The hang

@@ -23,6 +23,8 @@ import trio
 
 import trio_crawler._demo
 
+from support import HANG_LIMIT
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "examples/03_direct_scheduling.py"
 GIVE_UP_AFTER = 10  # seconds: the kernel tests below take milliseconds
@@ -58,7 +60,7 @@ def give_up() -> Iterator[None]:
 
 @pytest.mark.trio
 async def test_crawls_the_demo_site_once_per_url() -> None:
-    with trio.fail_after(60):
+    with trio.fail_after(HANG_LIMIT):
         async with trio.open_nursery() as nursery:
             root = await nursery.start(trio_crawler._demo.serve_demo)
             done = await trio.run_process(

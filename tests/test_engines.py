@@ -11,9 +11,9 @@ group, in the same event loop as the crawler.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
-from typing import Any
 
 import anyio
 import httpx
@@ -22,38 +22,23 @@ import pytest
 from trio_crawler import FetchStatistic
 from trio_crawler._crawler import CrawlerBase
 
+import support
 from conftest import Engine
 from httpserver import Reply, Request, open_test_server
 from mock_http import streaming_transport
+from support import HANG_LIMIT, by_url, page
 
 pytestmark = pytest.mark.anyio
 
-HANG_LIMIT = 60  # seconds (virtual on Trio); a crawl that needs more is hung
 
-
-def page(*hrefs: str, extra: str = "") -> Reply:
-    links = "".join(f'<a href="{href}">{href}</a>\n' for href in hrefs)
-    return Reply.html(f"<html><body>{links}{extra}</body></html>")
-
-
-async def crawl(engine: Engine, roots: list[str] | str, **options: Any) -> CrawlerBase:
-    # These tests are about the crawl itself; robots.txt (on by default) has its own in
-    # test_manners.py, and here would add a /robots.txt request to every count of hits.
-    options.setdefault("obey_robots", False)
-    crawler = engine.crawler([roots] if isinstance(roots, str) else roots, **options)
-    await run_crawl(crawler)
-    return crawler
+# These tests are about the crawl itself; robots.txt (on by default) has its own in
+# test_manners.py, and here would add a /robots.txt request to every count of hits.
+crawl = functools.partial(support.crawl, obey_robots=False)
 
 
 async def run_crawl(crawler: CrawlerBase) -> None:
     with anyio.fail_after(HANG_LIMIT):
         await crawler.crawl()
-
-
-def by_url(crawler: CrawlerBase) -> dict[str, FetchStatistic]:
-    records = {stat.url: stat for stat in crawler.done}
-    assert len(records) == len(crawler.done), "a URL was recorded twice"
-    return records
 
 
 async def test_link_to_a_404(engine: Engine) -> None:

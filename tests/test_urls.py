@@ -172,6 +172,12 @@ def test_normalize_url_is_idempotent(url: str) -> None:
         pytest.param("ftp://example.com/", None, id="other-scheme"),
         pytest.param("", None, id="empty"),
         pytest.param("http://", None, id="no-host"),
+        pytest.param("xkcd.com:80", "http://xkcd.com/", id="default-port"),
+        pytest.param("https:/example.com/", "https://example.com/", id="one-slash"),
+        pytest.param("HTTP:example.com", "http://example.com/", id="no-slashes"),
+        pytest.param("0x7f.1:8000", "http://127.0.0.1:8000/", id="ipv4-number-form"),
+        pytest.param("faß.example", "http://xn--fa-hia.example/", id="uts46"),
+        pytest.param("192.168.0.257", None, id="bad-ipv4"),
     ],
 )
 def test_normalize_root(root: str, expected: str | None) -> None:
@@ -402,22 +408,6 @@ def test_origin_and_host_of_the_standards_spelling(href: str, origin: str, host:
     assert url is not None
     assert origin_of(url) == origin
     assert url_host(url) == host
-
-
-@pytest.mark.parametrize(
-    ("root", "expected"),
-    [
-        pytest.param("localhost:8000", "http://localhost:8000/", id="host-port-not-a-scheme"),
-        pytest.param("xkcd.com:80", "http://xkcd.com/", id="default-port"),
-        pytest.param("https:/example.com/", "https://example.com/", id="one-slash"),
-        pytest.param("HTTP:example.com", "http://example.com/", id="no-slashes"),
-        pytest.param("0x7f.1:8000", "http://127.0.0.1:8000/", id="ipv4-number-form"),
-        pytest.param("faß.example", "http://xn--fa-hia.example/", id="uts46"),
-        pytest.param("192.168.0.257", None, id="bad-ipv4"),
-    ],
-)
-def test_normalize_root_reads_roots_as_the_standard_does(root: str, expected: str | None) -> None:
-    assert normalize_root(root) == expected
 
 
 @pytest.mark.parametrize(

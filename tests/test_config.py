@@ -36,8 +36,8 @@ SIGNATURE = (
     "(roots, *, exclude=None, strict=True, max_redirect=10, max_tries=4, max_tasks=10, "
     "client=None, sitemaps=False, timeout=10.0, max_time=None, max_pages=None, max_depth=None, "
     "max_size=10485760, max_url_length=2083, obey_robots=True, user_agent=None, "
-    "max_per_host=None, delay=0.0, on_record=None, on_exchange=None, on_progress=None, "
-    "progress_interval=0.1)"
+    "max_per_host=None, delay=0.0, state=None, recrawl=False, on_record=None, "
+    "on_exchange=None, on_progress=None, progress_interval=0.1)"
 )
 
 
@@ -179,7 +179,7 @@ def test_a_misspelt_option_is_a_type_error_naming_the_crawler() -> None:
         trio_crawler.Crawler(["example.com"], max_task=3)  # type: ignore[call-arg]
 
 
-def test_crawler_passes_every_option_to_its_config() -> None:
+def test_crawler_passes_every_option_to_its_config(tmp_path: Path) -> None:
     options = CrawlOptions(
         exclude="x",
         strict=False,
@@ -197,6 +197,8 @@ def test_crawler_passes_every_option_to_its_config() -> None:
         user_agent="ua",
         max_per_host=10,
         delay=11.0,
+        state=str(tmp_path / "crawl.db"),
+        recrawl=True,
     )
     assert all(getattr(options, f.name) != f.default for f, _ in declared_options(CrawlOptions)), (
         "every option set to a value that is not its default"

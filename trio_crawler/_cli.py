@@ -31,6 +31,7 @@ import anyio
 from ._cli_args import ENGINES, PROG, AnyCrawler, CommandLine, UsageError, parse_args
 from ._output import JsonLinesWriter
 from ._report import format_report
+from ._statefile import StateFileError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -45,6 +46,7 @@ __all__ = ["ENGINES", "HEAP_TOP_PAD", "main", "parse_args"]
 LOGGER = logging.getLogger("trio_crawler")
 
 EXIT_OK = 0
+EXIT_FAILED = 1  # the crawl's store was lost (--state file unwritable)
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention for "killed by Ctrl-C"
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -80,10 +82,20 @@ def _main(argv: Sequence[str] | None) -> int:
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # With --state the outputs are kept, and cut back to what the state file says they
+    # held once it is open (see the "Long crawls" section of the README).
+    append = options.crawl.state is not None
     with contextlib.ExitStack() as outputs:
         try:
-            writer = _open_output(outputs, "--output", options.output, JsonLinesWriter.open)
-            warc = _open_output(outputs, "--warc", options.warc, _open_warc)
+            writer = _open_output(
+                outputs,
+                "--output",
+                options.output,
+                functools.partial(JsonLinesWriter.open, append=append),
+            )
+            warc = _open_output(
+                outputs, "--warc", options.warc, functools.partial(_open_warc, append=append)
+            )
         except UsageError as exc:
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -153,10 +165,10 @@ def _open_output(
 # imported only when used: together they are a third of the command's start-up time.
 
 
-def _open_warc(path: str) -> WarcWriter:
+def _open_warc(path: str, *, append: bool = False) -> WarcWriter:
     from ._warc import WarcWriter
 
-    return WarcWriter.open(path)
+    return WarcWriter.open(path, append=append)
 
 
 def _open_progress(options: CommandLine) -> ProgressDisplay | None:
@@ -189,6 +201,7 @@ class CrawlRun:
         self.warc = warc
         self.progress = progress
         self.crawler: AnyCrawler | None = None  # made by _crawl_until_signal
+        self.unusable_state: StateFileError | None = None
 
     def run(self) -> int:
         """Crawl until done or signalled, print the report, and return the exit status."""
@@ -206,22 +219,35 @@ class CrawlRun:
             if self.crawler is not None:
                 with _signals_held() as held:
                     print(_report(self.crawler), end="", file=report_stream, flush=True)
+        if self.unusable_state is not None:  # nothing ran, nothing in the file changed
+            print(f"{PROG}: error: --{self.unusable_state}", file=sys.stderr)
+            return EXIT_USAGE
         # Here the crawl returned, so the crawler was made; a crawl that raised is not here.
         finish_reason = self.crawler.finish_reason if self.crawler is not None else None
         if held or finish_reason == "interrupted":
             return EXIT_INTERRUPTED
+        if finish_reason == "frontier-lost":
+            return EXIT_FAILED
         return EXIT_OK
 
     def _make_crawler(self, roots: Sequence[str]) -> AnyCrawler:
         crawler_class = ENGINES[self.options.engine][0]
-        self.crawler = crawler_class(
+        stored = self.options.crawl.state is not None
+        crawler = crawler_class(
             roots,
-            on_record=self.writer.write if self.writer is not None else None,
+            # With --state the store copies each record to -o once it is committed.
+            on_record=self.writer.write if self.writer is not None and not stored else None,
             on_exchange=self.warc.write_exchange if self.warc is not None else None,
             on_progress=self.progress.update if self.progress is not None else None,
             **self.options.crawl.keywords(),
         )
-        return self.crawler
+        if crawler.store is not None:
+            if self.writer is not None:
+                crawler.store.attach_output(self.writer)
+            if self.warc is not None:
+                self.warc.resume(crawler.store)
+        self.crawler = crawler
+        return crawler
 
     async def _crawl_until_signal(self) -> None:
         """Crawl, with the demo server beside the crawl if asked, until done or signalled.
@@ -237,7 +263,12 @@ class CrawlRun:
                     from ._demo import serve_demo
 
                     roots = [await task_group.start(serve_demo)]
-                crawler = self._make_crawler(roots)
+                try:
+                    crawler = self._make_crawler(roots)
+                except StateFileError as exc:
+                    self.unusable_state = exc
+                    task_group.cancel_scope.cancel("unusable state file")
+                    return
                 task_group.start_soon(_stop_on_signal, signals, crawler.stop, self.options.grace)
                 await crawler.crawl()
                 # The crawl is over: stop the demo server and the signal watcher.

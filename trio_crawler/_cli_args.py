@@ -310,7 +310,7 @@ def _check_what_to_crawl(namespace: argparse.Namespace, roots: tuple[str, ...]) 
         raise UsageError("--port goes with --serve-demo")
     elif namespace.demo and roots:
         raise UsageError(f"--demo crawls the demo site; drop the ROOT {roots[0]!r} or --demo")
-    elif not namespace.demo and not roots:
+    elif not namespace.demo and not roots and not namespace.state:
         raise UsageError("no ROOT given: name a URL to crawl (or use --demo)")
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import re
 import textwrap
 from collections.abc import Callable, Iterable
@@ -65,8 +66,9 @@ MAX_HOST_DELAY = 60.0
 WHAT = "what to crawl"
 LIMITS = "limits"
 MANNERS = "manners"
+DURABLE = "crawls that outlive one process"
 OUTPUT = "output"
-SECTIONS = (WHAT, LIMITS, MANNERS, OUTPUT)
+SECTIONS = (WHAT, LIMITS, MANNERS, DURABLE, OUTPUT)
 
 
 class ConfigError(ValueError):
@@ -243,6 +245,12 @@ def _user_agent(name: str, value: object) -> str:
     return value
 
 
+def _state_path(name: str, value: object) -> str:
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise ConfigError(name, f"must be a file path, not {value!r}")
+    return str(os.fspath(value))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CrawlOptions:
     """The options of one crawl, checked when made; the roots are :class:`CrawlConfig`'s.
@@ -391,8 +399,27 @@ class CrawlOptions:
         section=MANNERS,
     )
 
+    state: str | None = option(
+        None,
+        help="keep the crawl in this SQLite file, to resume it after a kill with the same "
+        "command (default: in memory)",
+        check=_state_path,
+        flags=("--state",),
+        metavar="FILE",
+        section=DURABLE,
+    )
+    recrawl: bool = option(
+        False,
+        help="with --state, crawl a finished crawl again with conditional requests",
+        check=truth,
+        flags=("--recrawl",),
+        section=DURABLE,
+    )
+
     def __post_init__(self) -> None:
         check_options(self)
+        if self.recrawl and self.state is None:
+            raise ConfigError("recrawl", "needs state: it recrawls the crawl a state file holds")
 
     def keywords(self) -> CrawlKeywords:
         """The options as keyword arguments for a ``Crawler`` (or :meth:`CrawlConfig.create`)."""
@@ -420,6 +447,8 @@ class CrawlKeywords(TypedDict, total=False):
     user_agent: str | None
     max_per_host: int | None
     delay: float
+    state: str | None
+    recrawl: bool
 
 
 def normalize_roots(roots: Iterable[str]) -> tuple[str, ...]:

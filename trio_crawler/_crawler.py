@@ -17,12 +17,13 @@ from __future__ import annotations
 import abc
 import enum
 import logging
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_options
 from ._events import Retry
 from ._fetch import DEFAULT_USER_AGENT, Fetcher
 from ._state import CrawlCounts, CrawlState
+from ._statefile import StateLost, StoredFrontier, open_store, stored_roots
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
 
 LOGGER = logging.getLogger("trio_crawler")
 
-FinishReason = Literal["finished", "deadline", "interrupted", "max-pages"]
+_T = TypeVar("_T")
+
+FinishReason = Literal["finished", "deadline", "interrupted", "max-pages", "frontier-lost"]
 
 
 class Phase(enum.Enum):
@@ -100,6 +103,10 @@ class CrawlerBase(abc.ABC):
     ) -> None:
         """Check the roots and the options; ``crawl()`` runs the crawl."""
         reject_unknown_options(options, function=f"{type(self).__name__}.__init__")
+        roots = list(roots) if not isinstance(roots, str) else roots
+        state_path = options.get("state")
+        if state_path and not roots:
+            roots = list(stored_roots(state_path))  # resuming: the file names the roots
         self.config = CrawlConfig.create(roots, **options)
         if not (isinstance(progress_interval, int | float) and progress_interval > 0):
             raise ConfigError(
@@ -115,7 +122,18 @@ class CrawlerBase(abc.ABC):
             user_agent=self.config.user_agent or DEFAULT_USER_AGENT,
             keep_exchanges=on_exchange is not None,
         )
-        self.state = CrawlState(self.config, on_record=on_record)
+        self.store: StoredFrontier | None = None
+        if self.config.state is not None:
+            self.store = open_store(self.config)
+            self.state = CrawlState(
+                self.config,
+                on_record=on_record,
+                frontier=self.store,
+                resumed=self.store.file.resumed(),
+            )
+            self.store.limit_counts = self.state.limit_counts
+        else:
+            self.state = CrawlState(self.config, on_record=on_record)
         self._on_exchange = on_exchange
         self._on_progress = on_progress
         self._progress_interval = float(progress_interval)
@@ -144,7 +162,13 @@ class CrawlerBase(abc.ABC):
 
     @property
     def done(self) -> list[FetchStatistic]:
-        """The records, in the order URLs finished."""
+        """The records, in the order URLs finished.
+
+        With ``state``, they are read from the file (the whole crawl's, every run of it),
+        so read them after the crawl rather than during it.
+        """
+        if self.store is not None:
+            return self.store.records()
         return self.state.done
 
     def statistics(self) -> CrawlCounts:
@@ -207,6 +231,12 @@ class CrawlerBase(abc.ABC):
     def _now(self) -> float:
         """The engine's clock, which the core takes as an input for per-host delays."""
 
+    @abc.abstractmethod
+    async def _in_thread(self, function: Callable[[], _T]) -> _T:
+        """Run ``function`` in a worker thread, shielded: a cancellation that arrives
+        meanwhile waits for it to return (a state transaction is finished and applied),
+        and is delivered at the caller's next checkpoint."""
+
     # -- what the engines share ----------------------------------------------------------
 
     async def _crawl_url(self, client: httpx.AsyncClient, request: FetchRequest) -> None:
@@ -218,8 +248,26 @@ class CrawlerBase(abc.ABC):
                 self._on_exchange(outcome.exchange)
             result = self.state.attempt_finished(request, outcome, now=self._now())
             if not isinstance(result, Retry):
-                return
+                break
             request = result.request
+        if self.store is not None and self.store.has_work(starved=False):
+            await self._flush_store(starved=False)
+
+    async def _flush_store(self, *, starved: bool) -> None:
+        """Commit what waits for the state file (and, when ``starved``, load more of its
+        queue); a file that cannot be written stops the crawl."""
+        assert self.store is not None
+        try:
+            await self.store.flush(self._in_thread, starved=starved)
+        except StateLost as exc:
+            LOGGER.error("%s; stopping the crawl", exc)
+            if self.finish_reason is None:
+                self.finish_reason = "frontier-lost"
+            self.stop()
+
+    def _store_needs(self) -> bool:
+        """For a dispatcher with nothing to hand out: whether a flush could change that."""
+        return self.store is not None and self.store.has_work(starved=True)
 
     def _begin(self) -> float:
         """Enter ``crawl()``: check that this Crawler has not crawled; return the start time."""
@@ -237,6 +285,8 @@ class CrawlerBase(abc.ABC):
         """
         self._phase = Phase.ENDED
         self.elapsed = self._now() - start
+        if self.store is not None:
+            self.store.close()
         if deadline_passed is None:
             self.finish_reason = "interrupted"
         elif self.finish_reason is None:

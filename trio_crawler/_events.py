@@ -16,6 +16,23 @@ if TYPE_CHECKING:
     from ._stats import FetchStatistic
 
 
+@dataclass(frozen=True, slots=True)
+class KnownPage:
+    """What an earlier pass of a stored crawl kept of a page, for a recrawl.
+
+    Attributes:
+        etag: Its ``ETag``, sent back as ``If-None-Match``.
+        last_modified: Its ``Last-Modified``, sent back as ``If-Modified-Since``.
+        links: Its in-scope links, followed again if it answers 304 Not Modified.
+        num_urls: Its record's ``num_urls`` (links in and out of scope).
+    """
+
+    etag: str | None
+    last_modified: str | None
+    links: tuple[str, ...]
+    num_urls: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchRequest:
     """One attempt the core wants made.
@@ -28,6 +45,7 @@ class FetchRequest:
         sitemap: 0 for a page; for a sitemap (``--sitemaps``), its level: 1 for one that
             robots.txt names (or ``/sitemap.xml``), 2 for one that an index of level 1
             names, and so on.
+        known: In a recrawl, what the last pass kept of this URL (conditional requests).
         robots: True for a :class:`RobotsRequest` (a class attribute, so a million queued
             requests don't each carry it).
     """
@@ -38,6 +56,7 @@ class FetchRequest:
     attempt: int = 1
     depth: int = 0
     sitemap: int = 0
+    known: KnownPage | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +114,8 @@ class Response:
         location: The raw ``Location`` header, or None.
         body: The body with any Content-Encoding undone; empty for redirects.
         retry_after: Seconds from a ``Retry-After`` header (either form), or None.
+        etag: The raw ``ETag`` header, or None (kept by ``--state`` for recrawls).
+        last_modified: The raw ``Last-Modified`` header, or None (likewise).
         exchange: The attempt as sent and received, when the crawl archives them.
     """
 
@@ -103,6 +124,8 @@ class Response:
     location: str | None = None
     body: bytes = b""
     retry_after: float | None = None
+    etag: str | None = None
+    last_modified: str | None = None
     exchange: Exchange | None = field(default=None, repr=False, compare=False)
 
 
@@ -189,4 +212,12 @@ class RobotsSettled:
     origin: str
 
 
-AttemptResult = Retry | Recorded | Requeued | RobotsSettled
+@dataclass(frozen=True, slots=True)
+class Committing:
+    """The URL is done, and a durable store is keeping it: its record is made (and handed
+    to ``on_record``) when the store's transaction commits. It stays in flight until then."""
+
+    request: FetchRequest
+
+
+AttemptResult = Retry | Recorded | Committing | Requeued | RobotsSettled

@@ -228,6 +228,7 @@ async def fetch(
     keep_exchange: bool = False,
     robots: bool = False,
     user_agent: str | None = None,
+    conditions: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Make one GET attempt for ``url``.
 
@@ -242,6 +243,8 @@ async def fetch(
             :data:`ROBOTS_MAX_SIZE` whatever ``max_size`` says. A longer file is cut
             there, at the end of its last whole line, and the rest ignored.
         user_agent: A User-Agent for this request, over the client's own.
+        conditions: Conditional request headers (``If-None-Match``,
+            ``If-Modified-Since``) for a recrawl.
 
     Returns:
         A Response for any completed exchange, or a FetchError saying whether a retry
@@ -250,7 +253,9 @@ async def fetch(
     response: httpx.Response | None = None
     raw_chunks: list[bytes] | None = [] if keep_exchange else None
     try:
-        headers = None if user_agent is None else {"user-agent": user_agent}
+        headers = dict(conditions) if conditions else None
+        if user_agent is not None:
+            headers = {**(headers or {}), "user-agent": user_agent}
         async with client.stream("GET", url, headers=headers) as response:
             encoding = response.headers.get("content-encoding", "")
             decoder = BodyDecoder(encoding, ROBOTS_MAX_SIZE if robots else max_size)
@@ -268,6 +273,8 @@ async def fetch(
                 location=_location(response),
                 body=body,
                 retry_after=_retry_after(response),
+                etag=response.headers.get("etag"),
+                last_modified=response.headers.get("last-modified"),
                 exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
             )
     except _retryable_errors() as exc:
@@ -460,6 +467,7 @@ class Fetcher:
             robots=request.robots,
             # Our own clients carry the User-Agent already; a caller's gets it per request.
             user_agent=self._user_agent if client is self.client else None,
+            conditions=_conditions(request),
         )
 
     def timed_out(self, request: FetchRequest) -> FetchError:
@@ -489,3 +497,16 @@ class Fetcher:
 def _default_ssl_context() -> ssl.SSLContext:
     """The system's default verifying context, made once: contexts are safe to share."""
     return ssl.create_default_context()
+
+
+def _conditions(request: FetchRequest) -> dict[str, str] | None:
+    """A recrawl's conditional headers, from what the last pass kept of the page."""
+    known = request.known
+    if known is None:
+        return None
+    headers = {}
+    if known.etag:
+        headers["if-none-match"] = known.etag
+    if known.last_modified:
+        headers["if-modified-since"] = known.last_modified
+    return headers or None

@@ -52,14 +52,16 @@ import enum
 import heapq
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ._events import FetchRequest, RobotsRequest
+from ._events import FetchRequest, KnownPage, RobotsRequest
 from ._robots import MAX_ROBOTS_REDIRECTS, RobotsRules, origin_of, robots_url
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable, Mapping
+
+    from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -105,6 +107,97 @@ Taken = FetchRequest | Unfetchable | Disallowed | OutOfBudget
 
 
 @dataclass(frozen=True, slots=True)
+class Offer:
+    """Links a finished URL offers the frontier, all with the same depth and budgets.
+
+    Attributes:
+        urls: The links, in the order they are to be queued.
+        depth: Their depth (a root's is 0).
+        redirects_left: Their redirect budget.
+        sitemap: Their sitemap level (0: pages).
+        first: Queue them ahead of their origin's queue (sitemaps, after robots.txt).
+        queue: False for links beyond a limit: they are only counted, if unseen.
+        over_depth: Links not queued count as beyond ``--max-depth`` in the report.
+    """
+
+    urls: tuple[str, ...]
+    depth: int
+    redirects_left: int
+    sitemap: int = 0
+    first: bool = False
+    queue: bool = True
+    over_depth: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A URL done, as one change to the frontier: the URL leaves it, its links join it.
+
+    The core makes it; a store applies it whole (one transaction, one script), so that the
+    URL is done exactly when its record and its links are kept. Its answer, a
+    :class:`Settled`, completes the record: only the store knows which links were new.
+
+    Attributes:
+        request: The request that finished; None for links alone (the roots, the sitemaps
+            robots.txt names).
+        leased: Whether it was in flight (False for a URL settled unfetched).
+        record: Its record, with ``num_new_urls`` still 0; None for a request that gets no
+            record.
+        offers: The links it offers.
+        counts_new: Whether the record's ``num_new_urls`` counts the new links.
+        links: A page's links, kept by a durable store so a recrawl can follow them when
+            the page answers 304; None when there is nothing to keep.
+        etag: The page's ``ETag``, for a recrawl's ``If-None-Match``.
+        last_modified: Its ``Last-Modified``, for ``If-Modified-Since``.
+    """
+
+    request: FetchRequest | None
+    leased: bool
+    record: FetchStatistic | None
+    offers: tuple[Offer, ...] = ()
+    counts_new: bool = True
+    links: tuple[str, ...] | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def final_record(self, settled: Settled) -> FetchStatistic | None:
+        """The record, with the count of new links the store answered."""
+        if self.record is None or not self.counts_new or not settled.new:
+            return self.record
+        return replace(self.record, num_new_urls=settled.new)
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A store's answer to a :class:`Completion`.
+
+    Attributes:
+        new: Links not seen before (queued or not).
+        disallowed: Of the queued new ones, how many known robots.txt rules turned away.
+        beyond: Of the new ones, how many were only counted (``queue=False``).
+    """
+
+    new: int = 0
+    disallowed: int = 0
+    beyond: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """What a durable store kept of a crawl it resumes, for the core's counts.
+
+    Attributes:
+        records: Records made so far in this pass.
+        failed: Of those, how many are failures.
+        limit_counts: The report's limit counters so far.
+    """
+
+    records: int
+    failed: int
+    limit_counts: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class Added:
     """What :meth:`MemoryFrontier.add` did with the links it was given.
 
@@ -120,7 +213,7 @@ class Added:
 class _Batch:
     """URLs queued together (one page's new links), handed out from ``next_index`` on."""
 
-    __slots__ = ("depth", "next_index", "redirects_left", "sequence", "sitemap", "urls")
+    __slots__ = ("depth", "known", "next_index", "redirects_left", "sequence", "sitemap", "urls")
 
     def __init__(
         self, sequence: int, urls: list[str], *, depth: int, redirects_left: int, sitemap: int
@@ -131,6 +224,8 @@ class _Batch:
         self.redirects_left = redirects_left
         self.sitemap = sitemap
         self.next_index = 0
+        # A recrawl's pages, by URL: what the last pass kept (stored frontiers only).
+        self.known: dict[str, KnownPage] | None = None
 
 
 class _Origin:
@@ -219,6 +314,15 @@ class MemoryFrontier:
         """Requests handed out and not yet completed, robots.txt fetches included."""
         return len(self._in_flight) + self._robots_fetching
 
+    def all_seen(self) -> set[str]:
+        """Every URL ever added."""
+        return self.seen
+
+    @property
+    def seen_count(self) -> int:
+        """URLs ever added."""
+        return len(self.seen)
+
     def is_seen(self, url: str) -> bool:
         """Whether ``url`` was ever added (queued, in flight, done or disallowed)."""
         return url in self.seen
@@ -245,16 +349,70 @@ class MemoryFrontier:
         it is taken. ``sitemap`` marks them as sitemaps of that level; ``first`` puts them
         ahead of everything their origin has queued (sitemaps go right after robots.txt).
         """
-        by_origin: dict[str, list[str]] = {}
-        new = disallowed = 0
+        fresh = []
         for url in urls:
-            if url in self.seen:
-                continue
-            new += 1
-            self.seen.add(url)
+            if url not in self.seen:
+                self.seen.add(url)
+                fresh.append(url)
+        disallowed = self._enqueue(
+            fresh, depth=depth, redirects_left=redirects_left, sitemap=sitemap, first=first
+        )
+        return Added(new=len(fresh), disallowed=disallowed)
+
+    def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
+        """Apply a :class:`Completion` whole, and call ``then`` with it and the answer.
+
+        Here ``then`` is called before this returns; a durable or shared store calls it
+        once the change is committed, so the URL stays in flight (and the crawl
+        unfinished) until then.
+        """
+        then(completion, self._apply(completion))
+
+    def _apply(self, completion: Completion) -> Settled:
+        new = disallowed = beyond = 0
+        for offer in completion.offers:
+            if offer.queue:
+                added = self.add(
+                    offer.urls,
+                    depth=offer.depth,
+                    redirects_left=offer.redirects_left,
+                    sitemap=offer.sitemap,
+                    first=offer.first,
+                )
+                new += added.new
+                disallowed += added.disallowed
+            else:
+                unseen = self.unseen(offer.urls)
+                new += unseen
+                beyond += unseen if offer.over_depth else 0
+        if completion.leased:
+            assert completion.request is not None
+            self.complete(completion.request)
+        return Settled(new=new, disallowed=disallowed, beyond=beyond)
+
+    def _enqueue(
+        self,
+        urls: Iterable[str],
+        *,
+        depth: int,
+        redirects_left: int,
+        sitemap: int,
+        first: bool,
+        check_rules: bool = True,
+    ) -> int:
+        """Queue ``urls`` (already deduplicated), one batch per origin; say how many known
+        robots.txt rules turned away. Without ``check_rules`` they are checked when taken."""
+        by_origin: dict[str, list[str]] = {}
+        disallowed = 0
+        for url in urls:
             key = origin_of(url)
             origin = self._origins.get(key)
-            if origin is not None and origin.rules is not None and not origin.rules.allowed(url):
+            if (
+                check_rules
+                and origin is not None
+                and origin.rules is not None
+                and not origin.rules.allowed(url)
+            ):
                 disallowed += 1
                 LOGGER.info("robots.txt disallows %s", url)
                 continue
@@ -286,7 +444,7 @@ class MemoryFrontier:
                     )
                 )
             self._push(origin, len(batch_urls))
-        return Added(new=new, disallowed=disallowed)
+        return disallowed
 
     # -- taking --------------------------------------------------------------------------
 
@@ -373,10 +531,13 @@ class MemoryFrontier:
         self._requeue(origin, request)
         return False
 
-    def retry_later(self, request: FetchRequest, *, not_before: float) -> None:
+    def retry_later(
+        self, request: FetchRequest, *, not_before: float, now: float | None = None
+    ) -> None:
         """Put a request in flight back, first in line; its whole origin waits until then.
 
-        For ``Retry-After``: the header speaks for the server, not for one URL.
+        For ``Retry-After``: the header speaks for the server, not for one URL. ``now``
+        lets a durable store keep the wait across runs.
         """
         origin = self._origin(request)
         self._started_now(origin, request)
@@ -444,6 +605,63 @@ class MemoryFrontier:
             origin.next_start = max(origin.next_start, now + delay)
         self._make_ready(origin)
 
+    # -- for stores that keep the queue elsewhere and load it here ---------------------------
+
+    def _enqueue_one(self, request: FetchRequest, *, first: bool) -> None:
+        """Queue one request loaded from a store (deduplicated there), after the rest.
+
+        Consecutive URLs of one origin with the same budgets share a batch, as one page's
+        links do; robots.txt rules are checked when it is taken.
+        """
+        key = origin_of(request.url)
+        origin = self._origins.get(key)
+        if origin is None:
+            origin = self._origins[key] = _Origin(
+                key, delay=self._delay, rules=None if self._obey_robots else RobotsRules()
+            )
+        if first:
+            origin.requeued.append(request)
+        else:
+            batch = origin.batches[-1] if origin.batches else None
+            if not (
+                batch is not None
+                and batch.sequence == self._sequence
+                and (batch.depth, batch.redirects_left, batch.sitemap)
+                == (request.depth, request.redirects_left, request.sitemap)
+            ):
+                self._sequence += 1
+                batch = _Batch(
+                    self._sequence,
+                    [],
+                    depth=request.depth,
+                    redirects_left=request.redirects_left,
+                    sitemap=request.sitemap,
+                )
+                origin.batches.append(batch)
+            batch.urls.append(request.url)
+            if request.known is not None:
+                if batch.known is None:
+                    batch.known = {}
+                batch.known[request.url] = request.known
+        self._push(origin, 1)
+
+    def _restore_origin(
+        self, key: str, *, rules: RobotsRules | None, failure: str | None, delay: float | None
+    ) -> None:
+        """An origin whose robots.txt a store kept: KNOWN with ``rules``, else FAILED."""
+        origin = self._origins[key] = _Origin(key, delay=self._delay, rules=rules)
+        if rules is None:
+            origin.failure = failure
+            origin.robots = RobotsState.FAILED
+        if delay is not None:
+            origin.delay = delay
+
+    def _wait_origin(self, key: str, not_before: float) -> None:
+        """Hold an origin until ``not_before`` (a Retry-After a store kept)."""
+        origin = self._origins.get(key)
+        if origin is not None:
+            origin.next_start = max(origin.next_start, not_before)
+
     # -- the only places the counts change ---------------------------------------------------
 
     def _push(self, origin: _Origin, count: int) -> None:
@@ -462,7 +680,11 @@ class MemoryFrontier:
         if batch.next_index == len(batch.urls):
             origin.batches.popleft()
         return FetchRequest(
-            url=url, redirects_left=batch.redirects_left, depth=batch.depth, sitemap=batch.sitemap
+            url=url,
+            redirects_left=batch.redirects_left,
+            depth=batch.depth,
+            sitemap=batch.sitemap,
+            known=None if batch.known is None else batch.known.get(url),
         )
 
     def _lease(self, origin: _Origin, request: FetchRequest, now: float) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 if TYPE_CHECKING:
     from ._stats import FetchStatistic
@@ -37,22 +37,47 @@ class JsonLinesWriter:
         self.failed = False
 
     @classmethod
-    def open(cls, path: str) -> JsonLinesWriter:
-        """Open ``path`` for writing (``-`` is stdout). Raises OSError if it cannot be."""
+    def open(cls, path: str, *, append: bool = False) -> JsonLinesWriter:
+        """Open ``path`` for writing (``-`` is stdout). Raises OSError if it cannot be.
+
+        ``append`` keeps what the file holds: a resumed crawl (``--state``) cuts it back
+        to what its state file says it held, and goes on from there.
+        """
         if path == "-":
             return cls(sys.stdout, name="<stdout>", owns_stream=False)
-        return cls(open(path, "w", encoding="utf-8"), name=path, owns_stream=True)
+        stream = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+        return cls(cast("TextIO", stream), name=path, owns_stream=True)
 
     def write(self, stat: FetchStatistic) -> None:
         """Write one record as a whole line and flush it."""
+        self.write_line(stat.to_json())
+
+    def write_line(self, line: str) -> None:
+        """Write one record's JSON (without its newline) as a whole line, and flush it."""
         if self.failed:
             return
         try:
-            self._stream.write(stat.to_json() + "\n")
+            self._stream.write(line + "\n")
             self._stream.flush()
         except (OSError, ValueError) as exc:  # ValueError: the stream was closed
             self.failed = True
             LOGGER.error("cannot write to %s (%s); further records are not written", self.name, exc)
+
+    def position(self) -> int:
+        """Bytes in the file so far; -1 for a stream that is not a file (stdout, a pipe)."""
+        if not self._owns_stream:
+            return -1
+        try:
+            return self._stream.buffer.tell() if hasattr(self._stream, "buffer") else -1
+        except (OSError, ValueError):
+            return -1
+
+    def truncate(self, size: int) -> None:
+        """Cut the file back to ``size`` bytes (a resumed crawl's output); writes go on at
+        its end."""
+        self._stream.flush()
+        self._stream.truncate(size)
+        self._stream.seek(0, 2)
 
     def close(self) -> None:
         """Close the file, if this writer opened it."""

@@ -38,13 +38,15 @@ class RobotsRules:
 
     parsed: Protego | None = None
     allow_all: bool = True
+    text: str | None = None  # the file ``parsed`` came from, for ``--state`` to keep
 
     @classmethod
     def from_response(cls, status: int, body: bytes) -> RobotsRules:
         """The rules for a robots.txt answered with ``status`` and ``body``."""
         if 200 <= status < 300:
             # The RFC's files are UTF-8; a stray byte must not void the rest of the file.
-            return cls(parsed=Protego.parse(body.decode("utf-8", errors="replace")))
+            text = body.decode("utf-8", errors="replace")
+            return cls(parsed=Protego.parse(text), text=text)
         if 500 <= status < 600:
             return cls(allow_all=False)
         # 4xx, and anything else the RFC does not name (1xx, a 3xx that ended the chain):

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 from ._config import MAX_HOST_DELAY
 from ._events import (
     AttemptResult,
+    Committing,
     FetchError,
     FetchRequest,
     Outcome,
@@ -66,8 +67,23 @@ from ._events import (
     RobotsRequest,
     RobotsSettled,
 )
-from ._frontier import Disallowed, MemoryFrontier, OutOfBudget, Unfetchable
-from ._page import read_failure, read_page, read_sitemap_response, redirect_target
+from ._frontier import (
+    Completion,
+    Disallowed,
+    MemoryFrontier,
+    Offer,
+    OutOfBudget,
+    Resumed,
+    Settled,
+    Unfetchable,
+)
+from ._page import (
+    PageReading,
+    read_failure,
+    read_page,
+    read_sitemap_response,
+    redirect_target,
+)
 from ._robots import RobotsRules, origin_of
 from ._sitemaps import MAX_SITEMAP_LEVELS
 from ._stats import FetchStatistic
@@ -131,23 +147,43 @@ class CrawlState:
         config: CrawlConfig,
         *,
         on_record: Callable[[FetchStatistic], None] | None = None,
+        frontier: MemoryFrontier | None = None,
+        resumed: Resumed | None = None,
     ) -> None:
         self.config = config
-        self.frontier = MemoryFrontier(
-            delay=config.delay, obey_robots=config.obey_robots, max_per_host=config.max_per_host
+        self.frontier = (
+            MemoryFrontier(
+                delay=config.delay,
+                obey_robots=config.obey_robots,
+                max_per_host=config.max_per_host,
+            )
+            if frontier is None
+            else frontier
         )
+        # The records of this crawl, kept in memory unless a durable store keeps them.
         self.done: list[FetchStatistic] = []
+        self._keep_records = resumed is None
         self.limit_counts: Counter[str] = Counter()
         self.limit_reached: str | None = None
         self._on_record = on_record
         # URLs handed out for their first attempt, or settled unfetched: the max_pages budget.
         self._started = 0
         self._failed = 0
+        self._recorded = 0
         self._scheduling = True
-        for root in config.roots:  # a batch each, so that roots go out in the order given
-            self.frontier.add([root], redirects_left=config.max_redirect, depth=0)
         # Sitemaps are read for the roots' origins only: robots.txt names them per origin.
         self._root_origins = frozenset(origin_of(root) for root in config.roots)
+        if resumed is not None:
+            # What a durable store kept of the crawl so far.
+            self.limit_counts.update(resumed.limit_counts)
+            self._started = self._recorded = resumed.records
+            self._failed = resumed.failed
+        # A batch each, so that roots go out in the order given. A durable store that
+        # resumes a crawl already has them, and says none is new.
+        roots = tuple(
+            Offer((root,), depth=0, redirects_left=config.max_redirect) for root in config.roots
+        )
+        self._offer(roots)
         if config.sitemaps and not config.obey_robots:
             for origin in dict.fromkeys(origin_of(root) for root in config.roots):
                 self._add_sitemaps(origin, ())
@@ -157,7 +193,7 @@ class CrawlState:
     @property
     def seen_urls(self) -> set[str]:
         """Every URL queued, in flight, done, or turned away by robots.txt."""
-        return self.frontier.seen
+        return self.frontier.all_seen()
 
     @property
     def finished(self) -> bool:
@@ -191,7 +227,13 @@ class CrawlState:
                 # robots.txt could not be fetched: the host is down, and each of its URLs
                 # gets a failure record with that error rather than vanishing from the output.
                 self._started += 1
-                self._record(FetchStatistic(url=taken.request.url, exception=taken.error))
+                self._settle(
+                    Completion(
+                        taken.request,
+                        leased=False,
+                        record=FetchStatistic(url=taken.request.url, exception=taken.error),
+                    )
+                )
             else:
                 assert isinstance(taken, Disallowed)
                 self.limit_counts[ROBOTS_DISALLOWED] += 1
@@ -243,7 +285,7 @@ class CrawlState:
                     LOGGER.warning("%s failed after %d tries", request.url, request.attempt)
                 else:
                     LOGGER.warning("%s failed: %s", request.url, outcome.error)
-                return self._complete(request, read_failure(request.url, outcome))
+                return self._settle(Completion(request, True, read_failure(request.url, outcome)))
             if self.frontier.retry(retry):
                 return Retry(retry)
             return Requeued(retry)
@@ -291,8 +333,8 @@ class CrawlState:
         return CrawlCounts(
             queued=self.frontier.queued,
             in_flight=self.frontier.in_flight_count,
-            done=len(self.done),
-            seen=len(self.frontier.seen),
+            done=self._recorded,
+            seen=self.frontier.seen_count,
             failed=self._failed,
         )
 
@@ -319,10 +361,10 @@ class CrawlState:
         )
         self.limit_counts[RETRIED_LATER] += 1
         retry = dataclasses.replace(request, attempt=request.attempt + 1)
-        self.frontier.retry_later(retry, not_before=now + wait)
+        self.frontier.retry_later(retry, not_before=now + wait, now=now)
         return Requeued(retry)
 
-    def _redirected(self, request: FetchRequest, response: Response) -> Recorded:
+    def _redirected(self, request: FetchRequest, response: Response) -> Recorded | Committing:
         assert response.location is not None
         target = redirect_target(response.location, request.url)
         if target is None:
@@ -330,67 +372,103 @@ class CrawlState:
             # a 3xx without one, like any other non-200 status.
             LOGGER.info("unusable Location %r from %s", response.location, request.url)
             return self._page(request, dataclasses.replace(response, location=None))
-        recorded = self._complete(
-            request, FetchStatistic(url=request.url, next_url=target, status=response.status)
-        )
+        record = FetchStatistic(url=request.url, next_url=target, status=response.status)
+        offers: tuple[Offer, ...] = ()
         if not self.config.scope.allows(target):
             LOGGER.info("redirect to %s from %s is out of scope", target, request.url)
-        elif self.frontier.is_seen(target):
-            LOGGER.debug("redirect to %s from %s: already seen", target, request.url)
         elif len(target) > self.config.max_url_length:
             self.limit_counts[LINKS_TOO_LONG] += 1
             LOGGER.info("redirect to a URL longer than --max-url-length from %s", request.url)
         elif request.redirects_left > 0:
+            # Queued unless already seen: the frontier alone knows, and says so.
             LOGGER.info("redirect to %s from %s", target, request.url)
-            self._add(
-                [target],
-                redirects_left=request.redirects_left - 1,
-                depth=request.depth,
-                sitemap=request.sitemap,
+            offers = (
+                Offer(
+                    (target,),
+                    redirects_left=request.redirects_left - 1,
+                    depth=request.depth,
+                    sitemap=request.sitemap,
+                ),
             )
         else:
             LOGGER.warning("redirect limit reached for %s from %s", target, request.url)
-        return recorded
+        return self._settle(Completion(request, True, record, offers, counts_new=False))
 
-    def _page(self, request: FetchRequest, response: Response) -> Recorded:
+    def _page(self, request: FetchRequest, response: Response) -> Recorded | Committing:
         config = self.config
-        reading = read_page(
-            request.url, response, scope=config.scope, max_url_length=config.max_url_length
-        )
+        known = request.known
+        if response.status == 304 and known is not None:
+            # A recrawl's "not modified": the page's links as the last pass kept them.
+            reading = PageReading(
+                record=FetchStatistic(url=request.url, status=304, num_urls=known.num_urls),
+                links=known.links,
+            )
+            response = dataclasses.replace(
+                response,
+                etag=response.etag or known.etag,
+                last_modified=response.last_modified or known.last_modified,
+            )
+        else:
+            reading = read_page(
+                request.url, response, scope=config.scope, max_url_length=config.max_url_length
+            )
         if reading.too_long:
             self.limit_counts[LINKS_TOO_LONG] += reading.too_long
         depth = request.depth + 1
-        if not reading.links:
-            new = 0
-        elif config.max_depth is not None and depth > config.max_depth:
-            new = self.frontier.unseen(reading.links)
-            if new:
-                self.limit_counts[BEYOND_MAX_DEPTH] += new
-                LOGGER.debug("%d links beyond --max-depth on %s", new, request.url)
-        else:
-            new = self._add(reading.links, redirects_left=config.max_redirect, depth=depth)
-        return self._complete(request, reading.with_new(new))
+        offers: tuple[Offer, ...] = ()
+        if reading.links:
+            # Links beyond --max-depth are only counted (the new ones), not queued.
+            beyond = config.max_depth is not None and depth > config.max_depth
+            offers = (
+                Offer(
+                    reading.links,
+                    depth=depth,
+                    redirects_left=config.max_redirect,
+                    queue=not beyond,
+                ),
+            )
+        # What a recrawl needs of a page it may find unchanged.
+        stored_links = reading.links if reading.record.status in (200, 304) else None
+        return self._settle(
+            Completion(
+                request,
+                True,
+                reading.record,
+                offers,
+                links=stored_links,
+                etag=response.etag,
+                last_modified=response.last_modified,
+            )
+        )
 
-    def _add(
-        self,
-        urls: tuple[str, ...] | list[str],
-        *,
-        redirects_left: int,
-        depth: int,
-        sitemap: int = 0,
-    ) -> int:
-        """Offer links to the frontier; how many were new."""
-        added = self.frontier.add(urls, redirects_left=redirects_left, depth=depth, sitemap=sitemap)
-        if added.disallowed:
-            self.limit_counts[ROBOTS_DISALLOWED] += added.disallowed
-        return added.new
+    def _settle(self, completion: Completion) -> Recorded | Committing:
+        """Hand a finished URL to the frontier; its record is made once the frontier has
+        applied it (at once in memory; when the transaction commits in a durable store)."""
+        made: list[Recorded | None] = []
+        self.frontier.finish(
+            completion, lambda done, settled: made.append(self._made(done, settled))
+        )
+        if made and made[0] is not None:
+            return made[0]
+        assert completion.request is not None, "links alone go through _offer()"
+        return Committing(completion.request)
 
-    def _complete(self, request: FetchRequest, record: FetchStatistic) -> Recorded:
-        self.frontier.complete(request)
-        return self._record(record)
+    def _offer(self, offers: tuple[Offer, ...]) -> None:
+        """Hand links alone to the frontier (the roots, the sitemaps robots.txt names)."""
+        self.frontier.finish(Completion(None, False, None, offers), self._made)
 
-    def _record(self, record: FetchStatistic) -> Recorded:
-        self.done.append(record)
+    def _made(self, completion: Completion, settled: Settled) -> Recorded | None:
+        """The record of a URL the frontier has settled: counted, kept and passed on."""
+        if settled.disallowed:
+            self.limit_counts[ROBOTS_DISALLOWED] += settled.disallowed
+        if settled.beyond:
+            self.limit_counts[BEYOND_MAX_DEPTH] += settled.beyond
+        record = completion.final_record(settled)
+        if record is None:  # links only: the roots, or the sitemaps robots.txt names
+            return None
+        if self._keep_records:
+            self.done.append(record)
+        self._recorded += 1
         if record.exception is not None:
             self._failed += 1
         if self._on_record is not None:
@@ -451,13 +529,12 @@ class CrawlState:
             else:
                 sitemaps.append(url)
         LOGGER.debug("sitemaps of %s: %s", origin, sitemaps)
-        added = self.frontier.add(
-            sitemaps, redirects_left=self.config.max_redirect, depth=0, sitemap=1, first=True
+        offer = Offer(
+            tuple(sitemaps), depth=0, redirects_left=self.config.max_redirect, sitemap=1, first=True
         )
-        if added.disallowed:
-            self.limit_counts[ROBOTS_DISALLOWED] += added.disallowed
+        self._offer((offer,))
 
-    def _sitemap(self, request: FetchRequest, response: Response) -> Recorded:
+    def _sitemap(self, request: FetchRequest, response: Response) -> Recorded | Committing:
         """A sitemap's record; its pages join the crawl one hop from the root, and the
         sitemaps an index names are read in turn, up to MAX_SITEMAP_LEVELS deep."""
         config = self.config
@@ -470,26 +547,31 @@ class CrawlState:
         )
         if reading.too_long:
             self.limit_counts[LINKS_TOO_LONG] += reading.too_long
-        new = 0
+        offers = []
         if reading.sitemaps:
-            if request.sitemap < MAX_SITEMAP_LEVELS:
-                new += self._add(
-                    reading.sitemaps,
-                    redirects_left=config.max_redirect,
-                    depth=0,
-                    sitemap=request.sitemap + 1,
-                )
-            else:
-                new += self.frontier.unseen(reading.sitemaps)
+            nested = request.sitemap < MAX_SITEMAP_LEVELS
+            if not nested:
                 LOGGER.info(
                     "%s: sitemap indexes nested deeper than %d", request.url, request.sitemap
                 )
+            offers.append(
+                Offer(
+                    reading.sitemaps,
+                    depth=0,
+                    redirects_left=config.max_redirect,
+                    sitemap=request.sitemap + 1,
+                    queue=nested,
+                    over_depth=False,
+                )
+            )
         if reading.pages:
             # A page a sitemap lists is one hop from the root, as a link on it would be.
-            if config.max_depth is not None and config.max_depth < 1:
-                unseen = self.frontier.unseen(reading.pages)
-                self.limit_counts[BEYOND_MAX_DEPTH] += unseen
-                new += unseen
-            else:
-                new += self._add(reading.pages, redirects_left=config.max_redirect, depth=1)
-        return self._complete(request, reading.with_new(new))
+            offers.append(
+                Offer(
+                    reading.pages,
+                    depth=1,
+                    redirects_left=config.max_redirect,
+                    queue=config.max_depth is None or config.max_depth >= 1,
+                )
+            )
+        return self._settle(Completion(request, True, reading.record, tuple(offers)))

@@ -55,6 +55,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._events import Exchange
+    from ._statefile import StoredFrontier
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -86,22 +87,26 @@ class WarcWriter:
         self.name = name
         self.failed = False
         self._records = WARCWriter(stream, gzip=gzip, warc_version="1.1")
+        self._write_warcinfo()
+
+    def _write_warcinfo(self) -> None:
         info = {"software": SOFTWARE, "format": WARC_FORMAT, "conformsTo": WARC_CONFORMS_TO}
-        filename = os.path.basename(name)
+        filename = os.path.basename(self.name)
         self._records.write_record(self._records.create_warcinfo_record(filename, info))
         self._stream.flush()
 
     @classmethod
-    def open(cls, path: str) -> WarcWriter:
+    def open(cls, path: str, *, append: bool = False) -> WarcWriter:
         """Create (or truncate) ``path`` and write its warcinfo record.
 
         A name ending in ``.gz`` gets gzip compression, one gzip member per record.
+        ``append`` keeps what the file holds, for a resumed crawl (see :meth:`resume`).
 
         Raises:
             OSError: ``path`` cannot be opened or written, as from :func:`open`.
         """
         with ExitStack() as on_failure:
-            stream = on_failure.enter_context(open(path, "wb"))
+            stream = on_failure.enter_context(open(path, "ab" if append else "wb"))
             writer = cls(stream, name=path, gzip=path.lower().endswith(".gz"))
             on_failure.pop_all()  # from here the writer owns the file
         return writer
@@ -124,6 +129,29 @@ class WarcWriter:
             LOGGER.error(
                 "cannot write to %s (%s); further exchanges are not archived", self.name, exc
             )
+
+    def resume(self, store: StoredFrontier) -> None:
+        """Cut the file back to its size at the state file's last commit, and have every
+        commit keep its size from now on.
+
+        What lies beyond that size was written for URLs whose completion never committed:
+        they are fetched again, and written again. The cut lands on a record boundary, so
+        the file stays valid WARC; this run's warcinfo record, written before the cut, is
+        written again after it.
+        """
+        mark = store.warc_mark(self.name)
+        if mark is not None and mark <= self._stream.tell():
+            self._stream.flush()
+            self._stream.truncate(mark)
+            self._stream.seek(0, os.SEEK_END)
+            self._write_warcinfo()
+        store.track_warc(self.name, self._position)
+
+    def _position(self) -> int:
+        try:
+            return self._stream.tell()
+        except (OSError, ValueError):
+            return 0
 
     def close(self) -> None:
         """Flush and close the file. Calling it again does nothing."""

@@ -38,16 +38,21 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import httpx
 
     from ._events import FetchRequest, Outcome
 
 __all__ = ["Crawler", "FinishReason"]
+
+
+_T = TypeVar("_T")
 
 
 class Crawler(CrawlerBase):
@@ -134,6 +139,9 @@ class Crawler(CrawlerBase):
         try:
             while True:
                 self._queue_frontier()
+                if self._store_needs() and not self._stopped.done():
+                    await self._flush_store(starved=True)  # write, or load more queue
+                    continue
                 if self.state.finished or self._stopped.done():
                     return
                 waiters: set[asyncio.Future[None]] = {self._stopped}
@@ -180,6 +188,25 @@ class Crawler(CrawlerBase):
         while True:
             self._on_progress(self.statistics())
             await asyncio.sleep(self._progress_interval)
+
+    async def _in_thread(self, function: Callable[[], _T]) -> _T:
+        """A worker thread, shielded as the other engines' are: a cancellation that
+        arrives meanwhile is taken, the call finished, and the task cancelled again."""
+        future = asyncio.get_running_loop().run_in_executor(None, function)
+        cancelled = False
+        while True:
+            try:
+                result = await asyncio.shield(future)
+                break
+            except asyncio.CancelledError:
+                if future.done() and future.cancelled():
+                    raise
+                cancelled = True
+        if cancelled:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()  # delivered at the caller's next await
+        return result
 
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except CancelledError."""

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -63,11 +63,13 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     import httpx
 
 __all__ = ["Crawler", "FinishReason"]
+
+_T = TypeVar("_T")
 
 
 class Crawler(CrawlerBase):
@@ -129,6 +131,9 @@ class Crawler(CrawlerBase):
                 if request is not None:
                     await request_sender.send(request)
                     continue
+                if self._store_needs():  # a state file to write, or its queue to load
+                    await self._flush_store(starved=True)
+                    continue
                 if self.state.finished:  # asked after next_request(), which can finish it
                     break
                 # Nothing to hand out yet: wait until a worker finishes a URL (which may
@@ -162,6 +167,11 @@ class Crawler(CrawlerBase):
             while True:
                 self._on_progress(self.statistics())
                 await trio.sleep(self._progress_interval)
+
+    async def _in_thread(self, function: Callable[[], _T]) -> _T:
+        with trio.CancelScope(shield=True):
+            result = await trio.to_thread.run_sync(function)
+        return result
 
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except Cancelled."""

@@ -1,0 +1,877 @@
+"""``--state FILE``: a crawl kept in one SQLite file, so that it outlives its process.
+
+Theory of operation
+-------------------
+The core (:class:`~trio_crawler._state.CrawlState`) decides; a frontier stores. This module
+is the durable store: :class:`StoredFrontier` keeps the crawl's queue and seen set in the
+file, and only a *window* of the queue in memory, in the in-memory frontier it extends
+(per-origin queues, robots.txt state, politeness clocks). So memory does not grow with the
+frontier: a million queued URLs cost rows in the file, not objects in RAM.
+
+What is committed when. Every change the core makes to the crawl arrives as a
+:class:`~trio_crawler._frontier.Completion` (a URL done: its record, its links, what a
+recrawl needs of it) or a small note (an origin's robots.txt rules, a ``Retry-After``
+wait, a URL robots.txt turned away). They collect in a batch, and one transaction writes
+a batch: the URL marked done, its record, its links ``INSERT OR IGNORE``d (whose changed
+rows are the answer to "how many were new"), all at once. While one transaction runs in a
+worker thread, the next batch collects, so under load a transaction carries many URLs and
+the event loop never waits on the disk. A URL stays in flight, and the crawl unfinished,
+until the transaction holding it has committed; only then is its record made and handed
+on (``on_record``, ``-o``).
+
+What a SIGKILL costs. The file is SQLite in WAL mode: a transaction is in it whole or not
+at all. Nothing marks a URL as handed out, so a URL whose completion had not committed is
+still queued in the file, and the next run fetches it again: only attempts in flight (or
+finished in the last few milliseconds, whose transaction had not committed) are made
+twice. Nothing committed is lost; with ``synchronous=NORMAL`` a power loss may lose the
+last transactions (their URLs are fetched again), never corrupt the file.
+
+Outputs. The ``-o`` file is a copy of the file's records, one line each, written after the
+transaction that made them. Each transaction also stores how far each output had got
+(its size and the last record written). On resume the output is cut back to that size and
+the records after that one are written again, so it ends with exactly one line per record
+however the last run ended. A WARC file is written before the transaction that completes
+its URL, and cut back to its stored size on resume: a URL fetched again may appear twice
+in it, as WARC allows, and the file stays valid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from protego import Protego
+
+from ._config import ConfigError
+from ._events import FetchRequest, KnownPage, RobotsRequest
+from ._frontier import (
+    Added,
+    Completion,
+    Disallowed,
+    MemoryFrontier,
+    Resumed,
+    RobotsState,
+    Settled,
+    Taken,
+)
+from ._robots import RobotsRules
+from ._stats import FetchStatistic
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from ._config import CrawlConfig
+
+LOGGER = logging.getLogger("trio_crawler")
+
+T = TypeVar("T")
+RunInThread = Callable[[Callable[[], T]], Awaitable[T]]
+
+# Identifies the file as ours ("TCrw") and its layout; another SQLite file is refused.
+APPLICATION_ID = 0x54437277
+SCHEMA_VERSION = 1
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+# URL states in the file.
+QUEUED, DONE, DISALLOWED = 0, 1, 2
+
+# The window: rows loaded into memory when fewer than LOW_WATER are queued there, a
+# CHUNK at a time; up to MAX_WINDOW while every URL in memory has to wait (a host's delay,
+# --max-per-host) and the file has more. Measured: a chunk of 500 rows loads in about a
+# millisecond, and 10 000 queued URLs in memory cost about 1.5 MiB.
+LOW_WATER = 256
+CHUNK = 500
+MAX_WINDOW = 10_000
+
+_SCHEMA = """
+CREATE TABLE crawl (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE urls (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE,
+    state INTEGER NOT NULL,
+    depth INTEGER NOT NULL,
+    redirects_left INTEGER NOT NULL,
+    sitemap INTEGER NOT NULL,
+    first INTEGER NOT NULL
+);
+CREATE INDEX urls_by_state ON urls (state, id);
+CREATE TABLE pages (
+    url TEXT PRIMARY KEY,
+    etag TEXT,
+    last_modified TEXT,
+    num_urls INTEGER NOT NULL,
+    links TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE records (
+    id INTEGER PRIMARY KEY,
+    pass INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    json TEXT NOT NULL
+);
+CREATE INDEX records_by_pass ON records (pass, id);
+CREATE TABLE origins (
+    origin TEXT PRIMARY KEY,
+    robots TEXT NOT NULL,
+    rules TEXT,
+    failure TEXT,
+    delay REAL,
+    wait_until REAL
+) WITHOUT ROWID;
+CREATE TABLE outputs (
+    path TEXT NOT NULL,
+    pass INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    last_record INTEGER NOT NULL,
+    PRIMARY KEY (path, pass)
+) WITHOUT ROWID;
+"""
+
+
+class StateFileError(ConfigError):
+    """A ``--state`` file that cannot be used: not ours, another crawl's, in use, corrupt.
+
+    Raised before anything in the file is changed; the CLI prints it as one line, exit 2.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__("state", f"{path}: {problem}")
+
+
+class StateLost(Exception):
+    """The state file could not be written during the crawl (a full disk, an I/O error).
+
+    The file is as the last committed transaction left it; the crawl stops.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class OriginNote:
+    """An origin's state, to keep: robots.txt rules or failure, delay, Retry-After."""
+
+    origin: str
+    robots: str
+    rules: str | None
+    failure: str | None
+    delay: float | None
+    wait_until: float | None
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What one transaction writes."""
+
+    completions: list[Completion] = field(default_factory=list)
+    disallowed: list[str] = field(default_factory=list)
+    origins: list[OriginNote] = field(default_factory=list)
+    marks: list[tuple[str, int, int]] = field(default_factory=list)  # path, bytes, last id
+    limit_counts: dict[str, int] | None = None
+    load: int = 0  # rows to load into the window after committing
+
+    def __bool__(self) -> bool:
+        return bool(self.completions or self.disallowed or self.origins or self.load)
+
+
+@dataclass(slots=True)
+class _Committed:
+    """What one transaction answered."""
+
+    settled: list[Settled]
+    new_rows: int
+    records: list[tuple[int, str]]  # record id, JSON line, in completion order
+    loaded: list[tuple[Any, ...]]
+
+
+class RecordOutput(Protocol):
+    """An output the store copies records to (``-o``): a text file it can cut back."""
+
+    name: str
+
+    def write_line(self, line: str) -> None: ...
+
+    def position(self) -> int: ...
+
+    def truncate(self, size: int) -> None: ...
+
+
+class StateFile:
+    """The SQLite file: opened, checked, and written one transaction at a time.
+
+    Its methods block; the crawl runs :meth:`commit` in a worker thread, one at a time.
+    """
+
+    def __init__(self, path: str, *, roots: Sequence[str], options: Mapping[str, Any]) -> None:
+        """Open ``path`` (creating it if absent or empty) for the crawl of ``roots``.
+
+        ``roots`` may be empty to resume whatever crawl the file holds.
+
+        Raises:
+            StateFileError: The file cannot be used; nothing in it was changed.
+        """
+        self.path = path
+        self._lock_fd = -1
+        if os.path.isdir(path):
+            raise StateFileError(path, "is a directory, not a state file")
+        new = not os.path.exists(path) or os.path.getsize(path) == 0
+        if not new:
+            _check_header(path)
+        self._lock(new)
+        try:
+            self._db = self._connect()
+            if new:
+                self._create(roots, options)
+            else:
+                self._check(roots)
+        except BaseException:
+            self.close()
+            raise
+        self.roots: tuple[str, ...] = tuple(json.loads(self._get("roots")))
+        self.pass_number = int(self._get("pass"))
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _lock(self, new: bool) -> None:
+        """Hold an exclusive lock on the file for this process's life (released by the OS
+        when it dies, SIGKILL included), so a second crawl of the same file is refused."""
+        try:
+            flags = os.O_RDWR | (os.O_CREAT if new else 0)
+            self._lock_fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            raise StateFileError(self.path, f"cannot open it: {exc.strerror}") from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise StateFileError(self.path, "in use by a running crawl") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise StateFileError(self.path, f"cannot open it as a state file ({exc})") from None
+        return db
+
+    def _create(self, roots: Sequence[str], options: Mapping[str, Any]) -> None:
+        if not roots:
+            raise StateFileError(self.path, "holds no crawl yet; give the ROOTs to start one")
+        try:
+            # One transaction: a process killed while creating leaves an empty file, which
+            # the next run takes for a new crawl.
+            self._db.executescript(
+                "BEGIN IMMEDIATE;"
+                f"PRAGMA application_id={APPLICATION_ID};"
+                f"PRAGMA user_version={SCHEMA_VERSION};" + _SCHEMA
+            )
+            self._set("roots", json.dumps(list(roots)))
+            self._set("options", json.dumps(dict(options), sort_keys=True, default=str))
+            self._set("pass", "1")
+            self._set("limit_counts", "{}")
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise StateFileError(self.path, f"cannot create it ({exc})") from None
+
+    def _check(self, roots: Sequence[str]) -> None:
+        try:
+            (application_id,) = self._db.execute("PRAGMA application_id").fetchone()
+            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+            if application_id != APPLICATION_ID:
+                raise StateFileError(self.path, "not a trio-crawler state file")
+            if version != SCHEMA_VERSION:
+                raise StateFileError(
+                    self.path, f"a state file of layout {version}; this version reads layout 1"
+                )
+            (verdict,) = self._db.execute("PRAGMA quick_check").fetchone()
+            if verdict != "ok":
+                raise StateFileError(self.path, f"corrupt state file ({verdict})")
+            stored = tuple(json.loads(self._get("roots")))
+        except sqlite3.Error as exc:
+            raise StateFileError(self.path, f"corrupt state file ({exc})") from None
+        if roots and tuple(roots) != stored:
+            raise StateFileError(
+                self.path,
+                f"holds the crawl of {' '.join(stored)}; give those ROOTs or none to resume it",
+            )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def counts(self) -> tuple[int, int]:
+        """URLs queued and URLs known (queued, done or disallowed) in the file."""
+        queued = self._db.execute("SELECT count(*) FROM urls WHERE state = ?", (QUEUED,))
+        known = self._db.execute("SELECT count(*) FROM urls")
+        return queued.fetchone()[0], known.fetchone()[0]
+
+    def resumed(self) -> Resumed:
+        """This pass's record counts and limit counters so far."""
+        records, failed = self._db.execute(
+            "SELECT count(*), coalesce(sum(failed), 0) FROM records WHERE pass = ?",
+            (self.pass_number,),
+        ).fetchone()
+        limits = json.loads(self._get("limit_counts"))
+        return Resumed(records=records, failed=failed, limit_counts=limits)
+
+    def origins(self) -> list[OriginNote]:
+        """Every origin whose robots.txt or waits were kept."""
+        rows = self._db.execute(
+            "SELECT origin, robots, rules, failure, delay, wait_until FROM origins"
+        )
+        return [OriginNote(*row) for row in rows]
+
+    def records(self, after: int = 0) -> Iterator[tuple[int, str]]:
+        """This pass's records (id, JSON line) after record ``after``, in the order made."""
+        with self._reading() as db:
+            yield from db.execute(
+                "SELECT id, json FROM records WHERE pass = ? AND id > ? ORDER BY id",
+                (self.pass_number, after),
+            )
+
+    def seen(self) -> set[str]:
+        """Every URL the file knows."""
+        with self._reading() as db:
+            return {url for (url,) in db.execute("SELECT url FROM urls")}
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The open connection, or after :meth:`close` a read-only one (the crawl's
+        records stay readable once it is over)."""
+        if not self.closed:
+            yield self._db
+            return
+        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            yield db
+        finally:
+            db.close()
+
+    def load(self, after: int, limit: int) -> list[tuple[Any, ...]]:
+        """Queued rows after id ``after``, with what a recrawl kept of each page."""
+        return self._db.execute(
+            "SELECT u.id, u.url, u.depth, u.redirects_left, u.sitemap, u.first,"
+            " p.etag, p.last_modified, p.num_urls, p.links"
+            " FROM urls AS u LEFT JOIN pages AS p"
+            " ON p.url = u.url AND ? > 1"
+            " WHERE u.state = ? AND u.id > ? ORDER BY u.id LIMIT ?",
+            (self.pass_number, QUEUED, after, limit),
+        ).fetchall()
+
+    def mark(self, path: str) -> tuple[int, int] | None:
+        """How far the output ``path`` had got in this pass (bytes, last record id)."""
+        row = self._db.execute(
+            "SELECT bytes, last_record FROM outputs WHERE path = ? AND pass = ?",
+            (path, self.pass_number),
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def new_pass(self) -> None:
+        """Begin a recrawl: every URL done is queued again, for conditional requests."""
+        with self._transaction():
+            self._db.execute("UPDATE urls SET state = ? WHERE state = ?", (QUEUED, DONE))
+            self.pass_number += 1
+            self._set("pass", str(self.pass_number))
+            self._set("limit_counts", "{}")
+
+    def commit(self, batch: _Batch) -> _Committed:
+        """Write one batch as one transaction; load the window's next rows after it."""
+        settled: list[Settled] = []
+        records: list[tuple[int, str]] = []
+        new_rows = 0
+        pass_number = self.pass_number
+        db = self._db
+        with self._transaction():
+            for completion in batch.completions:
+                new = beyond = 0
+                for offer in completion.offers:
+                    if offer.queue:
+                        before = db.total_changes
+                        db.executemany(
+                            "INSERT OR IGNORE INTO urls"
+                            " (url, state, depth, redirects_left, sitemap, first)"
+                            " VALUES (?, 0, ?, ?, ?, ?)",
+                            [
+                                (url, offer.depth, offer.redirects_left, offer.sitemap, offer.first)
+                                for url in offer.urls
+                            ],
+                        )
+                        new += db.total_changes - before
+                    else:
+                        unseen = _count_unseen(db, offer.urls)
+                        new += unseen
+                        beyond += unseen if offer.over_depth else 0
+                new_rows += new - beyond
+                answer = Settled(new=new, beyond=beyond)
+                settled.append(answer)
+                request = completion.request
+                if request is not None and completion.record is not None:
+                    db.execute("UPDATE urls SET state = ? WHERE url = ?", (DONE, request.url))
+                    record = completion.final_record(answer)
+                    assert record is not None
+                    line = record.to_json()
+                    cursor = db.execute(
+                        "INSERT INTO records (pass, failed, json) VALUES (?, ?, ?)",
+                        (pass_number, record.exception is not None, line),
+                    )
+                    assert cursor.lastrowid is not None
+                    records.append((cursor.lastrowid, line))
+                    if completion.links is not None:
+                        db.execute(
+                            "INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?)",
+                            (
+                                request.url,
+                                completion.etag,
+                                completion.last_modified,
+                                record.num_urls,
+                                json.dumps(completion.links),
+                            ),
+                        )
+            if batch.disallowed:
+                db.executemany(
+                    "UPDATE urls SET state = ? WHERE url = ?",
+                    [(DISALLOWED, url) for url in batch.disallowed],
+                )
+            if batch.origins:
+                db.executemany(
+                    "INSERT OR REPLACE INTO origins VALUES (?, ?, ?, ?, ?, ?)",
+                    [dataclasses.astuple(note) for note in batch.origins],
+                )
+            if batch.marks:
+                db.executemany(
+                    "INSERT OR REPLACE INTO outputs VALUES (?, ?, ?, ?)",
+                    [(path, pass_number, size, last) for path, size, last in batch.marks],
+                )
+            if batch.limit_counts is not None:
+                self._set("limit_counts", json.dumps(batch.limit_counts, sort_keys=True))
+        return _Committed(settled, new_rows, records, [])
+
+    @property
+    def closed(self) -> bool:
+        return getattr(self, "_db", None) is None
+
+    def close(self) -> None:
+        """Close the database and release the lock."""
+        db = getattr(self, "_db", None)
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+            self._db = None  # type: ignore[assignment]
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+
+    # -- helpers -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _get(self, key: str) -> str:
+        row = self._db.execute("SELECT value FROM crawl WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            raise StateFileError(self.path, f"corrupt state file (no {key!r})")
+        return str(row[0])
+
+    def _set(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO crawl VALUES (?, ?)", (key, value))
+
+
+def _check_header(path: str) -> None:
+    try:
+        with open(path, "rb") as file:
+            header = file.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise StateFileError(path, f"cannot read it: {exc.strerror}") from None
+    if header != SQLITE_HEADER:
+        raise StateFileError(path, "not a trio-crawler state file")
+
+
+def _count_unseen(db: sqlite3.Connection, urls: Iterable[str]) -> int:
+    return sum(
+        1
+        for url in urls
+        if db.execute("SELECT 1 FROM urls WHERE url = ?", (url,)).fetchone() is None
+    )
+
+
+class StoredFrontier(MemoryFrontier):
+    """The frontier of a crawl kept in a :class:`StateFile`: a window in memory.
+
+    The seen set and the queue are the file's; the in-memory frontier underneath holds the
+    window of queued URLs loaded from it, the requests in flight, and every origin's
+    robots.txt state and politeness clock (restored from the file on resume).
+
+    Args:
+        state_file: The open file.
+        limit_counts: The core's limit counters, stored with every transaction.
+        delay, obey_robots, max_per_host: As for :class:`MemoryFrontier`.
+    """
+
+    def __init__(
+        self,
+        state_file: StateFile,
+        *,
+        delay: float,
+        obey_robots: bool,
+        max_per_host: int | None,
+    ) -> None:
+        super().__init__(delay=delay, obey_robots=obey_robots, max_per_host=max_per_host)
+        self.file = state_file
+        self._unloaded, self._known = state_file.counts()
+        self._cursor = 0  # the last row id loaded into the window
+        self._batch = _Batch()
+        self._waiting: list[tuple[Completion, Callable[[Completion, Settled], object]]] = []
+        self._unleased = 0  # completions not in flight (links alone, unfetchable URLs)
+        self._flushing = False
+        self._outputs: list[RecordOutput] = []
+        self._marks: dict[str, tuple[int, int]] = {}
+        self.limit_counts: Mapping[str, int] | None = None
+        self.lost: str | None = None
+        self._restore_origins()
+
+    # -- counts: the file's queue, the window's flights -----------------------------------
+
+    @property
+    def queued(self) -> int:
+        """URLs waiting: in the window, and in the file beyond it."""
+        return super().queued + self._unloaded
+
+    @property
+    def in_flight_count(self) -> int:
+        """Requests in flight, and changes waiting for their transaction."""
+        return super().in_flight_count + self._unleased
+
+    @property
+    def seen_count(self) -> int:
+        return self._known
+
+    def all_seen(self) -> set[str]:
+        """Every URL the file knows: read from it, so for after the crawl."""
+        return self.file.seen()
+
+    def is_seen(self, url: str) -> bool:
+        raise RuntimeError("the file holds the seen set: ask through finish()")
+
+    def unseen(self, urls: Iterable[str]) -> int:
+        raise RuntimeError("the file holds the seen set: ask through finish()")
+
+    def add(
+        self,
+        urls: Iterable[str],
+        *,
+        depth: int,
+        redirects_left: int,
+        sitemap: int = 0,
+        first: bool = False,
+    ) -> Added:
+        raise RuntimeError("the file holds the seen set: add links through finish()")
+
+    # -- the core's changes ------------------------------------------------------------------
+
+    def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
+        """Keep ``completion`` for the next transaction; ``then`` runs once it committed."""
+        if not completion.leased:
+            self._unleased += 1
+        self._waiting.append((completion, then))
+
+    def take(self, *, now: float, start_new: bool) -> Taken | None:
+        if self._restored_waits:
+            # Retry-After waits kept by the last run, on this run's clock.
+            for key, remaining in self._restored_waits.items():
+                self._wait_origin(key, now + remaining)
+            self._restored_waits.clear()
+        taken = super().take(now=now, start_new=start_new)
+        if isinstance(taken, Disallowed):
+            self._batch.disallowed.append(taken.request.url)
+        return taken
+
+    def retry_later(
+        self, request: FetchRequest, *, not_before: float, now: float | None = None
+    ) -> None:
+        super().retry_later(request, not_before=not_before, now=now)
+        # Kept as a time of day: the engine's clock starts again with the next process.
+        wait = None if now is None else time.time() + max(0.0, not_before - now)
+        self._note_origin(self._origin(request).key, wait_until=wait)
+
+    def robots_settled(
+        self,
+        request: RobotsRequest,
+        *,
+        rules: RobotsRules | None = None,
+        failure: str | None = None,
+        delay: float | None = None,
+        now: float,
+    ) -> None:
+        super().robots_settled(request, rules=rules, failure=failure, delay=delay, now=now)
+        self._note_origin(request.origin)
+
+    # -- the engine's side: transactions --------------------------------------------------
+
+    def attach_output(self, output: RecordOutput) -> None:
+        """Copy every record to ``output`` from now on, after cutting it back to what the
+        file says it held and writing the records it missed (see the module docstring)."""
+        mark = self.file.mark(output.name)
+        size, last = mark if mark is not None else (0, 0)
+        if output.position() < size:
+            # Shorter than it was (a power loss lost its tail): write it again whole.
+            size, last = 0, 0
+        if output.position() < 0:  # stdout or a pipe: this run's records only
+            self._outputs.append(output)
+            return
+        output.truncate(size)
+        for record_id, line in self.file.records(after=last):
+            output.write_line(line)
+            last = record_id
+        self._outputs.append(output)
+        self._marks[output.name] = (output.position(), last)
+
+    def warc_mark(self, name: str) -> int | None:
+        """The size a WARC file had at the last commit, to cut it back to on resume."""
+        mark = self.file.mark(name)
+        return None if mark is None else mark[0]
+
+    def track_warc(self, name: str, position: Callable[[], int]) -> None:
+        """Store the WARC file's size with every transaction."""
+        self._warc = (name, position)
+
+    def has_work(self, *, starved: bool) -> bool:
+        """Whether :meth:`flush` would do anything now: changes wait, or the window should
+        grow. False while a flush runs (it takes what arrives meanwhile)."""
+        if self._flushing or self.lost is not None:
+            return False
+        return bool(self._waiting or self._batch) or self._wants_rows(starved=starved) > 0
+
+    def records(self) -> list[FetchStatistic]:
+        """This pass's records, read from the file."""
+        return [_record(line) for _, line in self.file.records()]
+
+    def close(self) -> None:
+        """Store how far the outputs got, and close the file. Blocks briefly: it runs once,
+        after the crawl's tasks have ended."""
+        if self.file.closed:
+            return
+        batch = _Batch(marks=self._current_marks())
+        if self.limit_counts is not None:
+            batch.limit_counts = dict(self.limit_counts)
+        try:
+            if self.lost is None:
+                self.file.commit(batch)
+        except sqlite3.Error as exc:
+            LOGGER.error("cannot write the state file %s: %s", self.file.path, exc)
+        finally:
+            self.file.close()
+
+    def _current_marks(self) -> list[tuple[str, int, int]]:
+        marks = [(name, size, last) for name, (size, last) in self._marks.items()]
+        warc = getattr(self, "_warc", None)
+        if warc is not None:
+            marks.append((warc[0], warc[1](), 0))
+        return marks
+
+    def _wants_rows(self, *, starved: bool) -> int:
+        in_window = super().queued
+        if not self._unloaded:
+            return 0
+        if in_window < LOW_WATER or (starved and in_window < MAX_WINDOW):
+            return min(CHUNK, self._unloaded)
+        return 0
+
+    async def flush(self, run: RunInThread[Any], *, starved: bool = False) -> None:
+        """Commit what waits, in as few transactions as the load allows, off the loop.
+
+        One flush runs at a time; changes that arrive meanwhile join the next transaction
+        of the same flush. ``run`` is the engine's shielded worker-thread call, so a
+        transaction that started is always finished and applied, even in a cancelled crawl.
+
+        Raises:
+            StateLost: The file could not be written; the crawl must stop.
+        """
+        if self._flushing or self.lost is not None:
+            return
+        self._flushing = True
+        try:
+            while self._waiting or self._batch or self._wants_rows(starved=starved):
+                await self._one_transaction(run, starved)
+                starved = False
+        finally:
+            self._flushing = False
+
+    async def _one_transaction(self, run: RunInThread[Any], starved: bool) -> None:
+        batch, self._batch = self._batch, _Batch()
+        waiting, self._waiting = self._waiting, []
+        batch.completions = [completion for completion, _ in waiting]
+        batch.load = self._wants_rows(starved=starved)
+        batch.marks = self._current_marks()
+        if self.limit_counts is not None:
+            batch.limit_counts = dict(self.limit_counts)
+        cursor = self._cursor
+
+        def transaction() -> _Committed:
+            committed = self.file.commit(batch)
+            if batch.load:
+                committed.loaded = self.file.load(cursor, batch.load)
+            return committed
+
+        try:
+            committed: _Committed = await run(transaction)
+        except sqlite3.Error as exc:
+            self.lost = f"cannot write the state file {self.file.path}: {exc}"
+            raise StateLost(self.lost) from exc
+        self._unloaded += committed.new_rows
+        self._known += committed.new_rows
+        records = iter(committed.records)
+        for (completion, then), settled in zip(waiting, committed.settled, strict=True):
+            if completion.leased:
+                assert completion.request is not None
+                self.complete(completion.request)
+            else:
+                self._unleased -= 1
+            if completion.record is not None:
+                record_id, line = next(records)
+                for output in self._outputs:
+                    output.write_line(line)
+                    if output.name in self._marks:
+                        self._marks[output.name] = (output.position(), record_id)
+            then(completion, settled)
+        self._window(committed.loaded)
+
+    def _window(self, rows: list[tuple[Any, ...]]) -> None:
+        """Queue rows loaded from the file in memory, in their order."""
+        for row in rows:
+            row_id, url, depth, redirects_left, sitemap, first = row[:6]
+            etag, last_modified, num_urls, links = row[6:]
+            known = None
+            if links is not None:
+                known = KnownPage(etag, last_modified, tuple(json.loads(links)), num_urls)
+            self._enqueue_one(
+                FetchRequest(
+                    url=url,
+                    redirects_left=redirects_left,
+                    depth=depth,
+                    sitemap=sitemap,
+                    known=known,
+                ),
+                first=bool(first),
+            )
+            self._cursor = row_id
+        self._unloaded -= len(rows)
+
+    # -- origins ---------------------------------------------------------------------------
+
+    def _note_origin(self, key: str, wait_until: float | None = None) -> None:
+        origin = self._origins[key]
+        rules = origin.rules
+        text = None
+        if rules is not None:
+            text = (
+                rules.text if rules.parsed is not None else ("allow" if rules.allow_all else "deny")
+            )
+        self._batch.origins.append(
+            OriginNote(
+                key,
+                origin.robots.value,
+                text,
+                origin.failure,
+                origin.delay,
+                wait_until,
+            )
+        )
+
+    def _restore_origins(self) -> None:
+        self._restored_waits: dict[str, float] = {}
+        wall = time.time()
+        for note in self.file.origins():
+            if note.wait_until is not None and note.wait_until > wall:
+                self._restored_waits[note.origin] = note.wait_until - wall
+            try:
+                state = RobotsState(note.robots)
+            except ValueError:
+                LOGGER.warning("state file: unknown robots state for %s; asking again", note.origin)
+                continue
+            if state is RobotsState.KNOWN and note.rules is not None:
+                if note.rules == "allow":
+                    rules = RobotsRules(allow_all=True)
+                elif note.rules == "deny":
+                    rules = RobotsRules(allow_all=False)
+                else:
+                    rules = RobotsRules(parsed=Protego.parse(note.rules), text=note.rules)
+                self._restore_origin(note.origin, rules=rules, failure=None, delay=note.delay)
+            elif state is RobotsState.FAILED:
+                self._restore_origin(
+                    note.origin,
+                    rules=None,
+                    failure=note.failure or "robots.txt failed",
+                    delay=note.delay,
+                )
+
+
+def _record(line: str) -> FetchStatistic:
+    return FetchStatistic(**json.loads(line))
+
+
+def stored_roots(path: str) -> tuple[str, ...]:
+    """The roots of the crawl in ``path``; () when it holds none (absent, empty, not ours:
+    opening it says why)."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return ()
+    try:
+        with open(path, "rb") as file:
+            if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                return ()
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM crawl WHERE key = 'roots'").fetchone()
+        finally:
+            db.close()
+        roots = json.loads(row[0]) if row is not None else []
+    except (OSError, sqlite3.Error, ValueError):
+        return ()
+    if not isinstance(roots, list) or not all(isinstance(root, str) for root in roots):
+        return ()
+    return tuple(roots)
+
+
+def open_store(config: CrawlConfig) -> StoredFrontier:
+    """Open (or create) the crawl's state file and the frontier over it.
+
+    A finished crawl is left as it is, unless ``recrawl`` starts its next pass.
+
+    Raises:
+        StateFileError: The file cannot be used; nothing in it was changed.
+    """
+    assert config.state is not None
+    options = {
+        name: value for name, value in config.keywords().items() if name not in ("state", "recrawl")
+    }
+    state_file = StateFile(config.state, roots=config.roots, options=options)
+    try:
+        queued, _ = state_file.counts()
+        if config.recrawl and queued == 0:
+            state_file.new_pass()
+        return StoredFrontier(
+            state_file,
+            delay=config.delay,
+            obey_robots=config.obey_robots,
+            max_per_host=config.max_per_host,
+        )
+    except BaseException:
+        state_file.close()
+        raise

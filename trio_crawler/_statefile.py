@@ -229,7 +229,12 @@ class StateFile:
             if new:
                 self._create(roots, options)
             else:
-                self._check(roots)
+                self._check(roots)  # before anything is written, WAL mode included
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            self.close()
+            raise StateFileError(path, f"cannot use it as a state file ({exc})") from None
         except BaseException:
             self.close()
             raise
@@ -256,8 +261,6 @@ class StateFile:
     def _connect(self) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
             raise StateFileError(self.path, f"cannot open it as a state file ({exc})") from None
         return db
@@ -828,25 +831,16 @@ def _record(line: str) -> FetchStatistic:
 
 
 def stored_roots(path: str) -> tuple[str, ...]:
-    """The roots of the crawl in ``path``; () when it holds none (absent, empty, not ours:
-    opening it says why)."""
-    if not os.path.isfile(path) or os.path.getsize(path) == 0:
-        return ()
-    try:
-        with open(path, "rb") as file:
-            if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-                return ()
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            row = db.execute("SELECT value FROM crawl WHERE key = 'roots'").fetchone()
-        finally:
-            db.close()
-        roots = json.loads(row[0]) if row is not None else []
-    except (OSError, sqlite3.Error, ValueError):
-        return ()
-    if not isinstance(roots, list) or not all(isinstance(root, str) for root in roots):
-        return ()
-    return tuple(roots)
+    """The roots of the crawl in ``path``, for a command that resumes without them.
+
+    Raises:
+        StateFileError: The file holds no crawl, or cannot be used (as when opened).
+    """
+    if not os.path.isdir(path) and (not os.path.exists(path) or os.path.getsize(path) == 0):
+        raise StateFileError(path, "holds no crawl yet; give the ROOTs to start one")
+    state_file = StateFile(path, roots=(), options={})
+    state_file.close()
+    return state_file.roots
 
 
 def open_store(config: CrawlConfig) -> StoredFrontier:

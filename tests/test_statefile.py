@@ -1,0 +1,323 @@
+"""The state file (``--state``): the store's invariants, resumes, and input it refuses.
+
+The core and the store are driven without an event loop: a flush that runs its
+transaction synchronously never suspends, so a coroutine's ``send(None)`` runs it to its
+end. The transactions are real, on a real SQLite file in the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trio_crawler._config import CrawlConfig
+from trio_crawler._events import FetchRequest, Response
+from trio_crawler._state import CrawlState
+from trio_crawler._statefile import StateFile, StateFileError, StoredFrontier, open_store
+from trio_crawler.engine_trio import Crawler
+
+from httpserver import open_test_server
+from support import HANG_LIMIT, page, read_records
+
+T = TypeVar("T")
+ROOT = "http://site.test/0"
+
+
+def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends to its end."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    raise AssertionError("the coroutine suspended")
+
+
+async def in_this_thread(function: Callable[[], T]) -> T:
+    return function()
+
+
+def open_crawl(path: Path, **options: Any) -> tuple[CrawlState, StoredFrontier]:
+    config = CrawlConfig.create([ROOT], obey_robots=False, state=str(path), **options)
+    store = open_store(config)
+    state = CrawlState(config, frontier=store, resumed=store.file.resumed())
+    store.limit_counts = state.limit_counts
+    return state, store
+
+
+def html(links: list[int]) -> Response:
+    body = "".join(f'<a href="/{link}">x</a>' for link in links).encode()
+    return Response(status=200, content_type="text/html", body=body)
+
+
+# --- the store against a model of the same steps ------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    pages=st.integers(1, 60),
+    steps=st.lists(st.sampled_from(["take", "finish", "flush", "kill"]), max_size=400),
+)
+def test_pending_count_matches_a_model_through_kills(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, pages: int, steps: list[str]
+) -> None:
+    """After any sequence of steps (kills included), queued + in flight is exactly the URLs
+    seen and not done; in the end every page has exactly one record in the file."""
+    rng = random.Random(seed)
+    links = {n: rng.sample(range(pages), min(pages, 3)) for n in range(pages)}
+    path = tmp_path_factory.mktemp("state") / "crawl.db"
+    state, store = open_crawl(path)
+    seen = {0}  # the model: every URL seen, and those done (committed)
+    done: set[int] = set()
+    in_flight: list[FetchRequest] = []
+    finishing: list[int] = []  # handed to the store, not committed yet
+
+    def flush() -> None:
+        run_now(store.flush(in_this_thread, starved=True))
+        for number in finishing:
+            done.add(number)
+            seen.update(links[number])
+        finishing.clear()
+        assert store.queued + store.in_flight_count == len(seen - done) + len(finishing)
+
+    flush()
+    for step in [*steps, "kill"]:
+        if step == "take" and (request := state.next_request(now=0.0)) is not None:
+            in_flight.append(request)
+        elif step == "finish" and in_flight:
+            request = in_flight.pop(rng.randrange(len(in_flight)))
+            state.attempt_finished(
+                request, html(links[int(request.url.rsplit("/", 1)[1])]), now=0.0
+            )
+            finishing.append(int(request.url.rsplit("/", 1)[1]))
+        elif step == "flush":
+            flush()
+        elif step == "kill":  # the process dies: what was not committed is lost
+            finishing.clear()
+            in_flight.clear()
+            store.file.close()
+            state, store = open_crawl(path)
+            flush()
+    while not state.finished:  # then the crawl runs to its end
+        while (request := state.next_request(now=0.0)) is not None:
+            number = int(request.url.rsplit("/", 1)[1])
+            state.attempt_finished(request, html(links[number]), now=0.0)
+            finishing.append(number)
+        flush()
+    assert done == seen
+    urls = [record.url for record in store.records()]
+    assert sorted(urls) == sorted(f"http://site.test/{n}" for n in seen)
+    store.close()
+
+
+# --- input it refuses ----------------------------------------------------------------------
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def finished_state(tmp_path: Path) -> Path:
+    """A state file of a small finished crawl."""
+    path = tmp_path / "crawl.db"
+    state, store = open_crawl(path)
+    run_now(store.flush(in_this_thread, starved=True))
+    while (request := state.next_request(now=0.0)) is not None:
+        state.attempt_finished(request, html([]), now=0.0)
+        run_now(store.flush(in_this_thread, starved=True))
+    store.close()
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trio_crawler", "--no-progress", *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_LIMIT,
+        check=False,
+    )
+
+
+def assert_refused(run: subprocess.CompletedProcess[str], words: str) -> None:
+    assert run.returncode == 2, run
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("trio-crawler: error: --state "), run.stderr
+    assert words in lines[0], run.stderr
+    assert "Report" not in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda path: path.write_text("roots = ['x']\n"), "not a trio-crawler state file"),
+        (lambda path: path.mkdir(), "is a directory"),
+        (lambda path: _other_sqlite(path), "not a trio-crawler state file"),
+    ],
+    ids=["text", "directory", "another-sqlite-file"],
+)
+def test_a_file_that_is_no_state_file_is_refused_untouched(
+    tmp_path: Path, make: Callable[[Path], object], words: str
+) -> None:
+    path = tmp_path / "crawl.db"
+    make(path)
+    before = digest(path) if path.is_file() else None
+    assert_refused(cli("--state", str(path), "http://127.0.0.1:9/"), words)
+    assert (digest(path) if path.is_file() else None) == before
+
+
+def _other_sqlite(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+
+
+def test_another_crawls_file_is_refused_untouched(finished_state: Path) -> None:
+    before = digest(finished_state)
+    assert_refused(cli("--state", str(finished_state), "http://127.0.0.1:9/"), "holds the crawl of")
+    assert digest(finished_state) == before
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_a_damaged_file_is_refused_untouched(finished_state: Path, damage: str) -> None:
+    data = bytearray(finished_state.read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    else:
+        for offset in range(100, len(data), 97):  # past the header: the pages themselves
+            data[offset] ^= 0x5A
+    finished_state.write_bytes(bytes(data))
+    before = digest(finished_state)
+    run = cli("--state", str(finished_state))
+    assert_refused(run, "state file")
+    assert digest(finished_state) == before
+
+
+def test_a_file_in_use_is_refused(finished_state: Path) -> None:
+    """The running crawl's lock is held here by a real second process."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from trio_crawler._statefile import StateFile;"
+            f"f = StateFile({str(finished_state)!r}, roots=(), options={{}});"
+            "print('locked', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "locked\n"
+        before = digest(finished_state)
+        assert_refused(cli("--state", str(finished_state)), "in use by a running crawl")
+        assert digest(finished_state) == before
+    finally:
+        holder.communicate("", timeout=HANG_LIMIT)
+
+
+def test_a_path_that_cannot_be_created_is_refused(tmp_path: Path) -> None:
+    assert_refused(
+        cli("--state", str(tmp_path / "no" / "such" / "dir.db"), "http://127.0.0.1:9/"),
+        "cannot open it",
+    )
+
+
+def test_no_roots_and_no_crawl_in_the_file_is_refused(tmp_path: Path) -> None:
+    assert_refused(cli("--state", str(tmp_path / "new.db")), "give the ROOTs")
+
+
+def test_the_api_raises_config_error(tmp_path: Path) -> None:
+    (tmp_path / "x.db").write_text("hello")
+    with pytest.raises(StateFileError, match="not a trio-crawler state file"):
+        Crawler(["http://127.0.0.1:9/"], state=str(tmp_path / "x.db"))
+
+
+def test_recrawl_needs_state() -> None:
+    run = cli("--recrawl", "http://127.0.0.1:9/")
+    assert run.returncode == 2, run
+    assert "--recrawl needs state" in run.stderr, run
+
+
+# --- a full disk ------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_a_full_file_stops_the_crawl_and_keeps_it_consistent(tmp_path: Path) -> None:
+    """SQLite's own "database or disk is full", by a page limit on the connection: the crawl
+    stops with frontier-lost, what committed stays, and the file resumes to the end."""
+    pages = {f"/{n}": page(*(f"/{n * 10 + k}" for k in range(1, 11))) for n in range(300)}
+    path = tmp_path / "crawl.db"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server(pages) as server:
+            crawler = Crawler([server.url("/0")], state=str(path), obey_robots=False)
+            assert crawler.store is not None
+            db = crawler.store.file._db
+            (used,) = db.execute("PRAGMA page_count").fetchone()
+            db.execute(f"PRAGMA max_page_count = {used + 8}")
+            await crawler.crawl()
+            assert crawler.finish_reason == "frontier-lost"
+            kept = len(crawler.done)
+            assert 0 < kept < len(pages)
+            check = sqlite3.connect(path)
+            assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            check.close()
+
+            again = Crawler([], state=str(path), obey_robots=False)
+            await again.crawl()
+    assert again.finish_reason == "finished"
+    urls = [record.url for record in again.done]
+    assert len(urls) == len(set(urls))
+    assert sum(1 for record in again.done if record.status == 200) == len(pages)
+
+
+# --- output files -------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_a_cut_last_line_and_a_lost_tail_are_mended_on_resume(tmp_path: Path) -> None:
+    pages = {f"/{n}": page(f"/{n + 1}") for n in range(20)}
+    state, output = tmp_path / "crawl.db", tmp_path / "out.jsonl"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server(pages) as server:
+            root = server.url("/0")
+            args = ["--state", str(state), "-o", str(output), "--ignore-robots", root]
+            first = await trio.to_thread.run_sync(cli, *args)
+            assert first.returncode == 0, first
+            whole = output.read_text()
+            with output.open("a") as file:  # a half-written line after the last commit
+                file.write('{"url": "http://half')
+            again = await trio.to_thread.run_sync(cli, *args)
+            assert again.returncode == 0, again
+            assert output.read_text() == whole
+            output.write_text(whole[: len(whole) // 2])  # a power cut lost the tail
+            third = await trio.to_thread.run_sync(cli, *args)
+    assert third.returncode == 0, third
+    records = read_records(output)
+    assert sorted(str(record["url"]) for record in records) == sorted(
+        server.url(path) for path in [*pages, "/20"]
+    )
+
+
+def test_the_state_file_is_sqlite_in_wal_mode(finished_state: Path) -> None:
+    db = sqlite3.connect(finished_state)
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    db.close()
+    state_file = StateFile(str(finished_state), roots=(), options={})
+    assert state_file.roots == (ROOT,)
+    state_file.close()

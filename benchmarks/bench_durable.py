@@ -37,13 +37,15 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from measure import markdown_table, run_main, run_measured
 from nginx import serve_directory
 from synthetic_site import generate
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
 
 T = TypeVar("T")
 CRAWL_TIMEOUT = 900.0
@@ -88,9 +90,7 @@ def crawl_part(pages: int, rounds: int) -> tuple[str, bool]:
                     if mode == "state":
                         for leftover in Path(work).glob("crawl.db*"):
                             leftover.unlink()
-                    cost = run_measured(
-                        crawl_command(root, output, *extra), timeout=CRAWL_TIMEOUT
-                    )
+                    cost = run_measured(crawl_command(root, output, *extra), timeout=CRAWL_TIMEOUT)
                     made = len(records(output))
                     ok = cost.returncode == 0 and made == site.pages
                     passed &= ok

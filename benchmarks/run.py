@@ -1,6 +1,6 @@
 """Every benchmark, one command: the tables printed, and saved under benchmarks/results/.
 
-Four parts, run in the order ``--only`` names them (all four by default):
+Five parts, run in the order ``--only`` names them (all five by default):
 
 * ``synthetic``: our four engines, Scrapy and wget crawl the synthetic site, and
   ``floor.py`` measures what the libraries alone cost (``bench_engines.py``).
@@ -10,6 +10,9 @@ Four parts, run in the order ``--only`` names them (all four by default):
   by ``floor.py``'s minimal crawler at 100 and 1000 (``bench_slow.py``).
 * ``state``: the core alone, a 1 000 000-URL frontier (``bench_state.py``, in a fresh
   process that imports a snapshot of the package).
+* ``durable``: what ``--state`` costs: the synthetic site crawled with and without it,
+  a recrawl of it, and a 1 000 000-URL frontier in the state file (``bench_durable.py``,
+  likewise in a fresh process).
 
 The markdown goes to stdout at the end and, section by section as each part finishes, to
 ``benchmarks/results/<name>.md`` (``--out NAME``; by default a name with the date and
@@ -20,7 +23,7 @@ check failed (a tool that did not find every page, a crawl that failed), after w
 Set up once with ``bash benchmarks/setup.sh``, then, from the repository root::
 
     .venv/bin/python benchmarks/run.py [--pages 10000] [--rounds 3]
-        [--only synthetic,docs,slow,state] [--out results.md]
+        [--only synthetic,docs,slow,state,durable] [--out results.md]
 
 Defaults took 33 minutes on the 2-CPU machine (see README.md for a smoke run).
 """
@@ -46,11 +49,12 @@ from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_
 from benchmarks.measure import run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
-PARTS = ("synthetic", "docs", "slow", "state")
+PARTS = ("synthetic", "docs", "slow", "state", "durable")
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_STATE = Path(__file__).resolve().parent / "bench_state.py"
-# bench_state.py runs in under a minute on a quiet machine; more than this is a hang.
-STATE_TIMEOUT = 900.0
+BENCH_DURABLE = Path(__file__).resolve().parent / "bench_durable.py"
+# bench_state.py runs in under a minute, bench_durable.py in about five; more is a hang.
+STATE_TIMEOUT = 2400.0
 
 
 def _parts(text: str) -> list[str]:
@@ -153,11 +157,25 @@ def run_part(
         argv += ["--our-python", our_python[0]] if our_python else []
         argv += ["--floor-max-tasks"] if args.no_floor else []
         return bench_slow.run(bench_slow.build_parser().parse_args(argv))
+    if part == "durable":
+        argv = ["--pages", str(args.pages), "--rounds", str(args.rounds)]
+        return run_state(
+            args,
+            package_path=package_path,
+            script=BENCH_DURABLE,
+            argv=[*argv, "--urls", str(args.state_urls)],
+        )
     return run_state(args, package_path=package_path)
 
 
-def run_state(args: argparse.Namespace, *, package_path: Path) -> tuple[str, bool]:
-    """bench_state.py in a fresh process, importing the snapshot.
+def run_state(
+    args: argparse.Namespace,
+    *,
+    package_path: Path,
+    script: Path = BENCH_STATE,
+    argv: list[str] | None = None,
+) -> tuple[str, bool]:
+    """bench_state.py (or bench_durable.py) in a fresh process, importing the snapshot.
 
     A fresh process, because its memory figures should not share an interpreter with the
     harness, and the snapshot, so that it measures the same code as the crawls.
@@ -165,7 +183,7 @@ def run_state(args: argparse.Namespace, *, package_path: Path) -> tuple[str, boo
     python = args.our_python[0][1] if args.our_python else sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-state-") as work:
         done = subprocess.run(
-            [python, str(BENCH_STATE), "--urls", str(args.state_urls)],
+            [python, str(script), *(argv or ["--urls", str(args.state_urls)])],
             cwd=work,
             env=snapshot_environment(package_path),
             capture_output=True,
@@ -176,7 +194,7 @@ def run_state(args: argparse.Namespace, *, package_path: Path) -> tuple[str, boo
     print(done.stderr, end="", file=sys.stderr)
     if done.returncode != 0:
         return (
-            f"### The core alone\n\nbench_state.py failed (exit {done.returncode}):\n\n"
+            f"### {script.name}\n\n{script.name} failed (exit {done.returncode}):\n\n"
             f"```\n{done.stderr.strip()[-2000:]}\n```",
             False,
         )

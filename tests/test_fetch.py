@@ -68,7 +68,9 @@ async def fetch_with(
     library: ModuleType, handler: Handler, url: str = URL, **options: object
 ) -> Outcome:
     """fetch() once through a client made by open_client() for ``library``."""
-    async with open_client(library=mocked(library, handler), max_connections=1) as client:
+    # The stand-in's clients carry their mock transport: the crawler's own is not wanted.
+    stand_in = mocked(library, handler)
+    async with open_client(library=stand_in, max_connections=1, transport="httpx") as client:
         return await fetch(client, url, **options)
 
 

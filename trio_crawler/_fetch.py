@@ -67,6 +67,7 @@ from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._robots import PRODUCT_TOKEN
 from ._sitemaps import MAX_SITEMAP_BYTES
+from ._transport import choose_transport, lean_transport_class
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -171,6 +172,7 @@ def open_client(
     ssl_context: ssl.SSLContext | None = None,
     user_agent: str = DEFAULT_USER_AGENT,
     proxy_from_environment: bool = True,
+    transport: str | None = None,
 ) -> httpx.AsyncClient:
     """Make an AsyncClient of ``library`` (see :func:`choose_http_library`) set up for crawling.
 
@@ -184,9 +186,23 @@ def open_client(
     costs 0.5 ms per client (nine-tenths of making one): ``proxy_from_environment=False``,
     for a caller that has checked :func:`environment_names_a_proxy`, skips it. Without an
     ``ssl_context`` the environment is always read, as it may name the CA certificates.
+
+    The client sends through the crawler's own transport (:mod:`trio_crawler._transport`:
+    one keep-alive connection per origin, h11, no pool) unless ``TRIO_CRAWLER_TRANSPORT``
+    says ``httpx`` or the environment names a proxy, which httpx's own transport handles;
+    ``transport`` (``lean`` or ``httpx``) overrides the variable.
     """
+    trust_env = proxy_from_environment or ssl_context is None
+    lean = None
+    chosen = transport if transport is not None else choose_transport()
+    if chosen == "lean" and not (trust_env and environment_names_a_proxy()):
+        context = ssl_context if ssl_context is not None else _default_ssl_context()
+        lean = lean_transport_class(library)(context)
+    # Passed only when there is one: a caller's stand-in library may bring its own.
+    own_transport = {} if lean is None else {"transport": lean}
     client: httpx.AsyncClient = library.AsyncClient(
-        trust_env=proxy_from_environment or ssl_context is None,
+        **own_transport,
+        trust_env=trust_env,
         follow_redirects=False,
         timeout=library.Timeout(None),
         limits=library.Limits(

@@ -1,0 +1,163 @@
+"""The crawler's own transport (``_transport.py``): keep-alive, what it refuses to reuse,
+and arbitrary bytes from a server.
+
+The behaviour tests of the rest of the suite (hostile servers, TLS, random cancellations,
+every engine) run through this transport, the default; CI runs the HTTP-facing ones again
+with ``TRIO_CRAWLER_TRANSPORT=httpx``. Here is what only this transport promises.
+
+The fuzz test sends seeded random bytes (some of them a valid response cut or spliced with
+junk) and checks that ``fetch()`` always comes back, within its bound, with a Response or
+a FetchError, and that no socket is left open: the process's open file descriptors are
+counted before and after. ``TRANSPORT_FUZZ_SEED`` and ``TRANSPORT_FUZZ_COUNT`` choose
+other and more rounds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+
+from trio_crawler._config import ConfigError
+from trio_crawler._events import FetchError, Response
+from trio_crawler._fetch import choose_http_library, fetch, open_client
+from trio_crawler._transport import choose_transport
+
+from hostile_server import RawRequest, open_hostile_server, page, send_and_close
+from httpserver import Reply, open_test_server
+from support import HANG_LIMIT
+
+pytestmark = pytest.mark.anyio
+
+SEED = int(os.environ.get("TRANSPORT_FUZZ_SEED", "31337"))
+COUNT = int(os.environ.get("TRANSPORT_FUZZ_COUNT", "150"))
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def lean_client() -> httpx.AsyncClient:
+    return open_client(library=choose_http_library(), max_connections=1, transport="lean")
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_one_connection_carries_every_request_to_an_origin() -> None:
+    async with (
+        open_test_server({"/": Reply.html("x" * 100_000)}) as server,
+        lean_client() as client,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            for _ in range(5):
+                outcome = await fetch(client, server.url("/"))
+                assert isinstance(outcome, Response)
+                assert outcome.body == b"x" * 100_000
+    assert server.connections == 1
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    async with open_hostile_server() as server, lean_client() as client:
+        server.routes["/close"] = page(keep_alive=False)
+        server.routes["/next"] = page()
+        with anyio.fail_after(HANG_LIMIT):
+            first = await fetch(client, server.url("/close"))
+            assert isinstance(first, Response)
+            second = await fetch(client, server.url("/next"))
+    assert isinstance(second, Response), second
+    assert server.hits["/next"] == 1  # not sent on the dead connection first
+
+
+async def test_an_unread_body_closes_its_connection() -> None:
+    async with (
+        open_test_server({"/": Reply.html("y" * 500_000)}) as server,
+        lean_client() as client,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            too_large = await fetch(client, server.url("/"), max_size=1000)
+            assert isinstance(too_large, FetchError)
+            again = await fetch(client, server.url("/"))
+    assert isinstance(again, Response)
+    assert server.connections == 2  # the cut-off body's connection was not reused
+
+
+def test_an_unknown_transport_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIO_CRAWLER_TRANSPORT", "carrier-pigeon")
+    with pytest.raises(ConfigError, match="TRIO_CRAWLER_TRANSPORT must be one of lean, httpx"):
+        choose_transport()
+    monkeypatch.setenv("TRIO_CRAWLER_TRANSPORT", "HTTPX")
+    assert choose_transport() == "httpx"
+
+
+# --- arbitrary bytes -------------------------------------------------------------------------
+
+VALID = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 12\r\n\r\n<p>hello</p>",
+    b"HTTP/1.1 301 Moved\r\nlocation: /x\r\ncontent-length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.0 404 Not Found\r\n\r\ngone",
+)
+
+
+def junk(rng: random.Random) -> bytes:
+    """A response, cut, spliced, flipped or replaced by noise."""
+    base = rng.choice(VALID)
+    shape = rng.randrange(5)
+    if shape == 0:
+        return base[: rng.randrange(len(base))]
+    if shape == 1:
+        at = rng.randrange(len(base))
+        return base[:at] + rng.randbytes(rng.randrange(1, 40)) + base[at:]
+    if shape == 2:
+        data = bytearray(base)
+        for _ in range(rng.randrange(1, 6)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return bytes(data)
+    if shape == 3:
+        return rng.randbytes(rng.randrange(0, 300))
+    return base
+
+
+async def test_arbitrary_bytes_never_crash_hang_or_leak(tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    replies = [junk(rng) for _ in range(COUNT)]
+    before = open_descriptors()
+    outcomes: dict[str, int] = {}
+    async with open_hostile_server() as server:
+        for number, data in enumerate(replies):
+            server.routes[f"/{number}"] = send_and_close(data)
+        async with lean_client() as client:
+            for number, data in enumerate(replies):
+                with anyio.fail_after(HANG_LIMIT):
+                    with anyio.move_on_after(2) as bound:
+                        outcome = await fetch(client, server.url(f"/{number}"))
+                assert not bound.cancelled_caught, f"seed {SEED}, reply {number}: {data!r}"
+                assert isinstance(outcome, Response | FetchError), (number, data, outcome)
+                kind = type(outcome).__name__
+                outcomes[kind] = outcomes.get(kind, 0) + 1
+    assert outcomes.get("Response", 0) > 0
+    assert outcomes.get("FetchError", 0) > 0
+    assert open_descriptors() == before, "a socket was left open"
+
+
+async def test_replies_that_never_end_are_cut_by_the_callers_bound() -> None:
+    async def stall(stream: anyio.abc.SocketStream, request: RawRequest) -> bool:
+        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc")
+        await anyio.sleep_forever()
+        return False  # pragma: no cover
+
+    before = open_descriptors()
+    async with open_hostile_server({"/": stall}) as server, lean_client() as client:
+        with anyio.fail_after(HANG_LIMIT):
+            with anyio.move_on_after(0.2) as bound:
+                await fetch(client, server.url("/"))
+        assert bound.cancelled_caught
+    assert open_descriptors() == before

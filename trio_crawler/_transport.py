@@ -1,0 +1,290 @@
+"""The crawler's own HTTP/1.1 transport: one keep-alive connection per origin, no pool.
+
+Theory of operation
+-------------------
+A crawler's worker makes one request at a time, and the crawler gives each worker a
+client of its own. httpx's default transport (httpcore) is built for the general case: a
+pool that many tasks share, with locks, waiting lists, an HTTP/2 path and the bookkeeping
+that goes with them. For one task with one request at a time all of that is cost without
+use. This transport keeps, per client, at most one idle connection per origin (scheme,
+host, port), takes it out while a request uses it, and puts it back only when the
+response was read to its end and h11 says the connection can carry another; in every
+other case the connection is closed. So there is nothing to strand: a connection is
+either idle in the transport, or owned by the one request using it.
+
+The protocol is h11's (httpx's own HTTP/1.1 parser underneath httpcore): this module only
+moves bytes between h11 and an AnyIO byte stream, which runs on Trio and on asyncio alike.
+TLS uses the crawler's shared SSL context, with the host as SNI and for verification.
+
+What it does not do: HTTP/2, proxies (the crawler uses httpx's own transport when the
+environment names a proxy), request bodies other than bytes (the crawler sends GETs).
+Timeouts are the engine's: a cancel scope bounds each attempt, and a cancellation at any
+point closes the connection it interrupted.
+
+Errors are raised as the HTTP library's own exceptions (``ConnectError``, ``ReadError``,
+``WriteError``, ``RemoteProtocolError``, ``LocalProtocolError``), so ``_fetch`` classifies
+them exactly as it does httpcore's. An idle connection is checked before it is reused, as
+httpcore checks: one the server closed meanwhile has become readable, and is dropped.
+
+``TRIO_CRAWLER_TRANSPORT=httpx`` chooses httpx's own transport instead, to compare the
+two or to rule this one out.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import select
+import ssl
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import h11
+
+from ._config import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from types import ModuleType
+
+    import httpx
+
+TRANSPORT_VARIABLE = "TRIO_CRAWLER_TRANSPORT"
+TRANSPORTS = ("lean", "httpx")
+READ_SIZE = 65536
+DEFAULT_PORTS = {b"http": 80, b"https": 443, "http": 80, "https": 443}
+
+
+def choose_transport() -> str:
+    """``lean`` (this module's) or ``httpx`` (the library's own), from the environment.
+
+    Raises:
+        ConfigError: For a value that names neither.
+    """
+    value = os.environ.get(TRANSPORT_VARIABLE, "lean").strip().lower() or "lean"
+    if value not in TRANSPORTS:
+        raise ConfigError(
+            TRANSPORT_VARIABLE, f"must be one of {', '.join(TRANSPORTS)}, not {value!r}"
+        )
+    return value
+
+
+class _Connection:
+    """One HTTP/1.1 connection: a byte stream and the h11 state machine over it."""
+
+    __slots__ = ("h11", "stream")
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+
+    async def send(self, event: h11.Event) -> None:
+        data = self.h11.send(event)
+        if data:
+            await self.stream.send(data)
+
+    async def next_event(self) -> h11.Event:
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:  # PAUSED too: the caller finds it unexpected
+                return event  # type: ignore[return-value]
+            try:
+                data = await self.stream.receive(READ_SIZE)
+            except anyio.EndOfStream:
+                data = b""
+            self.h11.receive_data(data)
+
+    @property
+    def reusable(self) -> bool:
+        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+
+    async def close(self) -> None:
+        await anyio.aclose_forcefully(self.stream)
+
+
+@functools.cache
+def lean_transport_class(
+    library: ModuleType,
+) -> Callable[[ssl.SSLContext], httpx.AsyncBaseTransport]:
+    """The transport class for ``library`` (httpx or httpx2), whose base class, response
+    class and exceptions it uses."""
+
+    class LeanBody(library.AsyncByteStream):  # type: ignore[name-defined,misc]
+        """A response body read from its connection; the connection goes back to the
+        transport when the body was read to its end, and is closed otherwise."""
+
+        def __init__(self, transport: Any, key: tuple[Any, ...], connection: _Connection):
+            self._transport = transport
+            self._key = key
+            self._connection: _Connection | None = connection
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            connection = self._connection
+            if connection is None:
+                return
+            try:
+                while True:
+                    event = await _mapped(library, connection.next_event)
+                    if isinstance(event, h11.Data):
+                        yield bytes(event.data)
+                    elif isinstance(event, h11.EndOfMessage):
+                        break
+                    else:  # ConnectionClosed before the end: a cut-off body
+                        raise library.RemoteProtocolError("connection closed mid-body")
+            except BaseException:
+                await self.aclose()
+                raise
+            self._connection = None
+            if connection.reusable:
+                connection.h11.start_next_cycle()
+                await self._transport._keep(self._key, connection)
+            else:
+                await _close(connection)
+
+        async def aclose(self) -> None:
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                await _close(connection)
+
+    class LeanTransport(library.AsyncBaseTransport):  # type: ignore[name-defined,misc]
+        """See the module docstring."""
+
+        def __init__(self, ssl_context: ssl.SSLContext) -> None:
+            self._ssl_context = ssl_context
+            self._idle: dict[tuple[Any, ...], _Connection] = {}
+
+        async def _keep(self, key: tuple[Any, ...], connection: _Connection) -> None:
+            if key in self._idle:  # one idle connection per origin is enough
+                await _close(connection)
+            else:
+                self._idle[key] = connection
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            url = request.url
+            scheme = url.scheme
+            if scheme not in ("http", "https"):
+                raise library.UnsupportedProtocol(
+                    f"the lean transport speaks http(s), not {scheme!r}"
+                )
+            host = url.raw_host.decode("ascii")
+            port = url.port or DEFAULT_PORTS[scheme]
+            key = (scheme, host, port)
+            target = url.raw_path
+            headers = list(request.headers.raw)
+            body = request.read() if request.method not in ("GET", "HEAD") else b""
+            connection = self._idle.pop(key, None)
+            if connection is not None and not _alive(connection):
+                await _close(connection)  # the server let it go while it was idle
+                connection = None
+            if connection is None:
+                connection = await self._connect(scheme, host, port)
+            return await self._exchange(connection, key, request.method, target, headers, body)
+
+        async def _connect(self, scheme: str, host: str, port: int) -> _Connection:
+            try:
+                if scheme == "https":
+                    stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                        host,
+                        port,
+                        ssl_context=self._ssl_context,
+                        tls_hostname=host,
+                        tls_standard_compatible=False,
+                    )
+                else:
+                    stream = await anyio.connect_tcp(host, port)
+            except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
+                raise library.ConnectError(_describe(exc)) from exc
+            return _Connection(stream)
+
+        async def _exchange(
+            self,
+            connection: _Connection,
+            key: tuple[Any, ...],
+            method: str,
+            target: bytes,
+            headers: list[tuple[bytes, bytes]],
+            body: bytes,
+        ) -> httpx.Response:
+            """Send the request and read the response's head; any failure or cancellation
+            closes the connection."""
+            try:
+                try:
+                    await connection.send(
+                        h11.Request(method=method, target=target, headers=headers)
+                    )
+                    if body:
+                        await connection.send(h11.Data(data=body))
+                    await connection.send(h11.EndOfMessage())
+                except h11.LocalProtocolError as exc:
+                    raise library.LocalProtocolError(str(exc)) from exc
+                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                    raise library.WriteError(_describe(exc)) from exc
+                while True:
+                    event = await _mapped(library, connection.next_event)
+                    if isinstance(event, h11.InformationalResponse):
+                        continue
+                    if isinstance(event, h11.ConnectionClosed):
+                        raise library.RemoteProtocolError(
+                            "Server disconnected without sending a response."
+                        )
+                    if not isinstance(event, h11.Response):
+                        raise library.RemoteProtocolError(f"unexpected {event!r}")
+                    break
+            except BaseException:
+                await _close(connection)
+                raise
+            response: httpx.Response = library.Response(
+                status_code=event.status_code,
+                headers=event.headers,
+                stream=LeanBody(self, key, connection),
+                extensions={
+                    "http_version": b"HTTP/" + event.http_version,
+                    "reason_phrase": event.reason,
+                },
+            )
+            return response
+
+        async def aclose(self) -> None:
+            idle, self._idle = self._idle, {}
+            for connection in idle.values():
+                await _close(connection)
+
+    return LeanTransport
+
+
+def _alive(connection: _Connection) -> bool:
+    """Whether an idle connection may carry a request: its socket has nothing to read.
+
+    An idle HTTP/1.1 connection that became readable was closed by the server (or is
+    sending what nobody asked for); either way it is not reused. httpcore asks the same.
+    """
+    sock = connection.stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+async def _mapped(library: ModuleType, read: Any) -> h11.Event:
+    """``read()``, with h11's and the network's errors as the library's exceptions."""
+    try:
+        return await read()  # type: ignore[no-any-return]
+    except h11.RemoteProtocolError as exc:
+        raise library.RemoteProtocolError(str(exc)) from exc
+    except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
+        raise library.ReadError(_describe(exc)) from exc
+
+
+async def _close(connection: _Connection) -> None:
+    """Close at once, even in a cancelled scope: a forceful close sends nothing it must
+    wait for, so it cannot hang a cancelled task."""
+    with anyio.CancelScope(shield=True):
+        await connection.close()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -52,4 +52,9 @@ else
     "$peers_venv/bin/python" -m pip install --quiet "$scrapy_spec"
 fi
 "$peers_venv/bin/python" -c "import scrapy; print('setup: Scrapy', scrapy.__version__)"
+# aiohttp and selectolax beside it, for floor_aiohttp.py (the yardstick outside our stack).
+if ! "$peers_venv/bin/python" -c "import aiohttp, selectolax" 2>/dev/null; then
+    "$peers_venv/bin/python" -m pip install --quiet aiohttp selectolax
+fi
+"$peers_venv/bin/python" -c "import aiohttp; print('setup: aiohttp', aiohttp.__version__)"
 echo "setup: done in $(($(date +%s) - started)) s"

@@ -88,6 +88,7 @@ DOCS_DIRECTORY = Path("/usr/share/doc/python3.11/html")
 PEERS_PYTHON = REPOSITORY / "benchmarks" / ".venv" / "bin" / "python"
 SCRAPY_SPIDER = Path(__file__).resolve().parent / "scrapy_spider.py"
 FLOOR_SCRIPT = Path(__file__).resolve().parent / "floor.py"
+AIOHTTP_FLOOR_SCRIPT = Path(__file__).resolve().parent / "floor_aiohttp.py"
 # A crawl that has not finished in this long is stuck, not slow: the slowest 10 000-page
 # crawl seen (bench_clients.py, arrangement A under heavy steal) took 213 s.
 CHILD_TIMEOUT = 1800.0
@@ -305,9 +306,10 @@ class Tool:
 
     Attributes:
         label: The row's name.
-        kind: ``"ours"``, ``"floor"``, ``"scrapy"`` or ``"wget"``.
-        engine: For ``"ours"``: the ``--engine``; for ``"floor"``: ``"crawl"`` or
-            ``"fetch"``.
+        kind: ``"ours"``, ``"floor"``, ``"aiohttp"`` (``floor_aiohttp.py``, in the peers
+            venv), ``"scrapy"`` or ``"wget"``.
+        engine: For ``"ours"``: the ``--engine``; for ``"floor"`` and ``"aiohttp"``:
+            ``"crawl"`` or ``"fetch"``.
         our: For ``"ours"`` and ``"floor"``: the interpreter.
     """
 
@@ -401,6 +403,14 @@ def run_tool(
             cost = run_measured(
                 command, timeout=CHILD_TIMEOUT, cwd=scratch, env=settings.our_env, stderr=stderr
             )
+            tally = tally_json(output) if output.exists() else _NOTHING
+        elif tool.kind == "aiohttp":
+            output = scratch / "tally.json"
+            command = [settings.peers_python, str(AIOHTTP_FLOOR_SCRIPT), root, str(output)]
+            command += ["--concurrency", str(settings.max_tasks)]
+            if tool.engine == "fetch":
+                command += ["--fetch-tree", str(site_directory)]
+            cost = run_measured(command, timeout=CHILD_TIMEOUT, cwd=scratch, stderr=stderr)
             tally = tally_json(output) if output.exists() else _NOTHING
         elif tool.kind == "scrapy":
             output = scratch / "tally.json"
@@ -705,11 +715,24 @@ def _tools(ours: Sequence[OurPython], args: argparse.Namespace) -> list[Tool]:
             tools.append(
                 Tool(label=f"floor: fetch only{suffix}", kind="floor", engine="fetch", our=our)
             )
+        if _imports(args.peers_python, "aiohttp, selectolax"):
+            tools.append(Tool(label="aiohttp: minimal crawl", kind="aiohttp", engine="crawl"))
+            tools.append(Tool(label="aiohttp: fetch only", kind="aiohttp", engine="fetch"))
     if not args.no_scrapy:
         tools.append(Tool(label="Scrapy", kind="scrapy"))
     if not args.no_wget:
         tools.append(Tool(label="wget -r", kind="wget"))
     return tools
+
+
+def _imports(python: str, modules: str) -> bool:
+    """Whether ``python`` (the peers venv) can import ``modules`` (setup.sh installs them)."""
+    if not os.access(python, os.X_OK):
+        return False
+    done = subprocess.run(
+        [python, "-c", f"import {modules}"], capture_output=True, check=False, timeout=120
+    )
+    return done.returncode == 0
 
 
 def _problems(runs: Sequence[Run]) -> str:

@@ -314,6 +314,33 @@ async def test_a_cut_last_line_and_a_lost_tail_are_mended_on_resume(tmp_path: Pa
     )
 
 
+def test_damaged_rows_are_skipped_not_fatal(
+    finished_state: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file that is sound SQLite but holds rows this layout never writes (edited by
+    hand, say): each is logged and skipped, and the crawl still ends."""
+    db = sqlite3.connect(finished_state)
+    columns = "INSERT INTO urls (url, state, depth, redirects_left, sitemap, first)"
+    db.execute(f"{columns} VALUES (42, 0, 0, 0, 0, 0)")
+    db.execute(f"{columns} VALUES ('http://site.test/x', 0, 'deep', 0, 0, 0)")
+    db.execute("INSERT INTO records (pass, failed, json) VALUES (1, 0, 'not json')")
+    db.commit()
+    db.close()
+    state, store = open_crawl(finished_state)
+    assert store.queued == 2
+    run_now(store.flush(in_this_thread, starved=True))
+    assert state.next_request(now=0.0) is None
+    run_now(store.flush(in_this_thread))
+    assert state.finished
+    assert [record.url for record in store.records()] == [ROOT]
+    store.close()
+    assert "damaged; skipped" in caplog.text
+    assert "is not a record; skipped" in caplog.text
+    _, store = open_crawl(finished_state)  # set aside for good: the crawl is finished
+    assert store.queued == 0
+    store.close()
+
+
 def test_the_state_file_is_sqlite_in_wal_mode(finished_state: Path) -> None:
     db = sqlite3.connect(finished_state)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)

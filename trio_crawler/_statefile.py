@@ -178,13 +178,16 @@ class _Batch:
 
     completions: list[Completion] = field(default_factory=list)
     disallowed: list[str] = field(default_factory=list)
+    damaged: list[int] = field(default_factory=list)  # URL rows that are no URL rows
     origins: list[OriginNote] = field(default_factory=list)
     marks: list[tuple[str, int, int]] = field(default_factory=list)  # path, bytes, last id
     limit_counts: dict[str, int] | None = None
     load: int = 0  # rows to load into the window after committing
 
     def __bool__(self) -> bool:
-        return bool(self.completions or self.disallowed or self.origins or self.load)
+        return bool(
+            self.completions or self.disallowed or self.damaged or self.origins or self.load
+        )
 
 
 @dataclass(slots=True)
@@ -460,6 +463,11 @@ class StateFile:
                     "UPDATE urls SET state = ? WHERE url = ?",
                     [(DISALLOWED, url) for url in batch.disallowed],
                 )
+            if batch.damaged:  # set aside, so that they are not queued for ever
+                db.executemany(
+                    f"UPDATE urls SET state = {DISALLOWED} WHERE id = ?",
+                    [(row_id,) for row_id in batch.damaged],
+                )
             if batch.origins:
                 db.executemany(
                     "INSERT OR REPLACE INTO origins VALUES (?, ?, ?, ?, ?, ?)",
@@ -678,7 +686,8 @@ class StoredFrontier(MemoryFrontier):
             return
         output.truncate(size)
         for record_id, line in self.file.records(after=last):
-            output.write_line(line)
+            if _record(line) is not None:  # a row that is no record is not copied
+                output.write_line(str(line))
             last = record_id
         self._outputs.append(output)
         self._marks[output.name] = (output.position(), last)
@@ -700,8 +709,16 @@ class StoredFrontier(MemoryFrontier):
         return bool(self._waiting or self._batch) or self._wants_rows(starved=starved) > 0
 
     def records(self) -> list[FetchStatistic]:
-        """This pass's records, read from the file."""
-        return [_record(line) for _, line in self.file.records()]
+        """This pass's records, read from the file; a row that is not one is logged and
+        skipped (the file is checked as SQLite when opened, not row by row)."""
+        records = []
+        for record_id, line in self.file.records():
+            record = _record(line)
+            if record is None:
+                LOGGER.warning("state file: record %d is not a record; skipped", record_id)
+            else:
+                records.append(record)
+        return records
 
     def close(self) -> None:
         """Store how far the outputs got, and close the file. Blocks briefly: it runs once,
@@ -794,26 +811,16 @@ class StoredFrontier(MemoryFrontier):
         self._window(committed.loaded)
 
     def _window(self, rows: list[tuple[Any, ...]]) -> None:
-        """Queue rows loaded from the file in memory, in their order."""
+        """Queue rows loaded from the file in memory, in their order. A row that does not
+        hold what this layout writes (a damaged or edited file) is logged and skipped."""
         for row in rows:
-            row_id, url, depth, redirects_left, sitemap, first = row[:6]
-            etag, last_modified, num_urls, links = row[6:]
-            known = None
-            if links is not None:
-                known = KnownPage(
-                    etag, last_modified, tuple(links.split("\n")) if links else (), num_urls
-                )
-            self._enqueue_one(
-                FetchRequest(
-                    url=url,
-                    redirects_left=redirects_left,
-                    depth=depth,
-                    sitemap=sitemap,
-                    known=known,
-                ),
-                first=bool(first),
-            )
-            self._cursor = row_id
+            self._cursor = row[0]
+            request = _request(row)
+            if request is None:
+                LOGGER.warning("state file: URL row %s is damaged; skipped", row[0])
+                self._batch.damaged.append(row[0])
+                continue
+            self._enqueue_one(request, first=bool(row[5]))
         self._unloaded -= len(rows)
 
     # -- origins ---------------------------------------------------------------------------
@@ -865,8 +872,12 @@ class StoredFrontier(MemoryFrontier):
                 )
 
 
-def _record(line: str) -> FetchStatistic:
-    return FetchStatistic(**json.loads(line))
+def _record(line: object) -> FetchStatistic | None:
+    try:
+        fields = json.loads(line) if isinstance(line, str) else None
+        return FetchStatistic(**fields) if isinstance(fields, dict) else None
+    except (ValueError, TypeError):
+        return None
 
 
 def stored_roots(path: str) -> tuple[str, ...]:
@@ -908,3 +919,25 @@ def open_store(config: CrawlConfig) -> StoredFrontier:
     except BaseException:
         state_file.close()
         raise
+
+
+def _request(row: tuple[Any, ...]) -> FetchRequest | None:
+    """The request a queued row describes, or None if the row is not one."""
+    _, url, depth, redirects_left, sitemap, _, etag, last_modified, num_urls, links = row
+    if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        return None
+    if not all(
+        isinstance(number, int) and number >= 0 for number in (depth, redirects_left, sitemap)
+    ):
+        return None
+    known = None
+    if isinstance(links, str) and isinstance(num_urls, int):
+        known = KnownPage(
+            etag if isinstance(etag, str) else None,
+            last_modified if isinstance(last_modified, str) else None,
+            tuple(links.split("\n")) if links else (),
+            num_urls,
+        )
+    return FetchRequest(
+        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap, known=known
+    )

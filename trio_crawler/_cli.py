@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import anyio
 
 from ._cli_args import ENGINES, PROG, AnyCrawler, CommandLine, UsageError, parse_args
+from ._cluster import ClusterError, read_status, shared_roots
 from ._output import JsonLinesWriter
 from ._report import format_report
-from ._statefile import StateFileError
+from ._statefile import StateFileError, StoredFrontier
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -103,8 +104,23 @@ def _main(argv: Sequence[str] | None) -> int:
         _configure_logging(options.log_level, progress)
         if options.serve_demo:
             return anyio.run(_serve_demo_until_signal, options.port or 0, backend="trio")
+        if options.status:
+            return _print_status(options)
         _pad_the_heap()
         return CrawlRun(options, writer, warc, progress).run()
+
+
+def _print_status(options: CommandLine) -> int:
+    """``--status``: the shared crawl's counts, one per line; no request is made."""
+    crawl = options.crawl
+    assert crawl.frontier is not None
+    try:
+        counts = anyio.run(read_status, crawl.frontier, crawl.crawl_id, backend="trio")
+    except ClusterError as exc:
+        print(f"{PROG}: error: --{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(counts.lines(), end="")
+    return EXIT_OK
 
 
 def _configure_logging(level: int, progress: ProgressDisplay | None) -> None:
@@ -201,7 +217,7 @@ class CrawlRun:
         self.warc = warc
         self.progress = progress
         self.crawler: AnyCrawler | None = None  # made by _crawl_until_signal
-        self.unusable_state: StateFileError | None = None
+        self.unusable_state: StateFileError | ClusterError | None = None
 
     def run(self) -> int:
         """Crawl until done or signalled, print the report, and return the exit status."""
@@ -241,7 +257,7 @@ class CrawlRun:
             on_progress=self.progress.update if self.progress is not None else None,
             **self.options.crawl.keywords(),
         )
-        if crawler.store is not None:
+        if isinstance(crawler.store, StoredFrontier):
             if self.writer is not None:
                 crawler.store.attach_output(self.writer)
             if self.warc is not None:
@@ -264,13 +280,22 @@ class CrawlRun:
 
                     roots = [await task_group.start(serve_demo)]
                 try:
+                    frontier = self.options.crawl.frontier
+                    if frontier is not None and not roots:  # joining: the server names them
+                        roots = await shared_roots(frontier, self.options.crawl.crawl_id)
                     crawler = self._make_crawler(roots)
-                except StateFileError as exc:
+                except (StateFileError, ClusterError) as exc:
                     self.unusable_state = exc
-                    task_group.cancel_scope.cancel("unusable state file")
+                    task_group.cancel_scope.cancel("unusable store")
                     return
                 task_group.start_soon(_stop_on_signal, signals, crawler.stop, self.options.grace)
-                await crawler.crawl()
+                try:
+                    await crawler.crawl()
+                except ClusterError as exc:  # before the crawl joined: nothing was done
+                    self.unusable_state = exc
+                    self.crawler = None
+                    task_group.cancel_scope.cancel("unusable store")
+                    return
                 # The crawl is over: stop the demo server and the signal watcher.
                 task_group.cancel_scope.cancel("crawl complete")
 

@@ -25,6 +25,7 @@ import trio
 
 from . import engine_anyio, engine_asyncio, engine_trio
 from ._config import (
+    DURABLE,
     LIMITS,
     OUTPUT,
     SAME,
@@ -114,6 +115,12 @@ class CommandLine:
         check=_port,
         flags=("--port",),
         metavar="N",
+    )
+    status: bool = option(
+        False,
+        help="with --frontier, print the shared crawl's counts and whether it is finished",
+        flags=("--status",),
+        section=DURABLE,
     )
     crawl: CrawlOptions = field(default_factory=CrawlOptions)
     # The command line's own options, declared as CrawlOptions declares the crawl's: rows of
@@ -310,8 +317,15 @@ def _check_what_to_crawl(namespace: argparse.Namespace, roots: tuple[str, ...]) 
         raise UsageError("--port goes with --serve-demo")
     elif namespace.demo and roots:
         raise UsageError(f"--demo crawls the demo site; drop the ROOT {roots[0]!r} or --demo")
-    elif not namespace.demo and not roots and not namespace.state:
+    elif namespace.status:
+        if namespace.frontier is None:
+            raise UsageError("--status reads a shared crawl: it needs --frontier")
+        if roots or namespace.demo:
+            raise UsageError("--status only reads the shared crawl's counts; it takes no ROOT")
+    elif not namespace.demo and not roots and not namespace.state and not namespace.frontier:
         raise UsageError("no ROOT given: name a URL to crawl (or use --demo)")
+    elif namespace.demo and namespace.frontier:
+        raise UsageError("--demo crawls a site served by this process; it cannot be shared")
 
 
 def _given(owner: type[Any], namespace: argparse.Namespace) -> dict[str, Any]:

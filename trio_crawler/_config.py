@@ -35,6 +35,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
 
 from ._urls import Scope, normalize_root
 
@@ -150,6 +151,7 @@ def option(
     section: str = WHAT,
     chapter: bool = False,
     counted: bool = False,
+    secret: bool = False,
 ) -> _T:
     """Declare an option: a dataclass field with ``default`` and an :class:`Option`."""
     declared = Option(
@@ -164,7 +166,8 @@ def option(
         chapter=chapter,
         counted=counted,
     )
-    return field(default=default, metadata={_OPTION: declared})
+    # A secret's value (it may hold a password) is left out of the dataclass's repr.
+    return field(default=default, metadata={_OPTION: declared}, repr=not secret)
 
 
 def declared_options(cls: type[Any]) -> list[tuple[Field[Any], Option]]:
@@ -249,6 +252,43 @@ def _state_path(name: str, value: object) -> str:
     if not isinstance(value, str | os.PathLike) or not os.fspath(value):
         raise ConfigError(name, f"must be a file path, not {value!r}")
     return str(os.fspath(value))
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password: what logs, errors and reports may show."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:
+        return "<unreadable URL>"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def _frontier_url(name: str, value: object) -> str:
+    """A ``redis://`` or ``rediss://`` URL; an error never repeats its password."""
+    if not isinstance(value, str):
+        raise ConfigError(name, f"must be a redis:// URL, not {type(value).__name__}")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        raise ConfigError(name, f"is not a URL: {redacted(value)!r}") from None
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise ConfigError(
+            name, f"must be redis://HOST[:PORT][/DB] or rediss://..., not {redacted(value)!r}"
+        )
+    return value
+
+
+_CRAWL_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def _crawl_id(name: str, value: object) -> str:
+    if not (isinstance(value, str) and _CRAWL_ID.fullmatch(value)):
+        raise ConfigError(name, f"must be 1-100 letters, digits, '.', '_' or '-', not {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -416,10 +456,41 @@ class CrawlOptions:
         section=DURABLE,
     )
 
+    frontier: str | None = option(
+        None,
+        help="share the crawl through this Redis server with every process given the same "
+        "--frontier and --crawl-id (redis://[USER:PASSWORD@]HOST[:PORT][/DB] or rediss://)",
+        check=_frontier_url,
+        flags=("--frontier",),
+        metavar="URL",
+        section=DURABLE,
+        secret=True,
+    )
+    crawl_id: str = option(
+        "crawl",
+        help="with --frontier, the name of the shared crawl",
+        check=_crawl_id,
+        flags=("--crawl-id",),
+        metavar="NAME",
+        section=DURABLE,
+    )
+    lease: float = option(
+        60.0,
+        help="with --frontier, seconds a URL stays with a process that stopped renewing it",
+        check=seconds,
+        flags=("--lease",),
+        metavar="SECONDS",
+        section=DURABLE,
+    )
+
     def __post_init__(self) -> None:
         check_options(self)
         if self.recrawl and self.state is None:
             raise ConfigError("recrawl", "needs state: it recrawls the crawl a state file holds")
+        if self.state is not None and self.frontier is not None:
+            raise ConfigError(
+                "frontier", "and state cannot go together: a crawl is kept in one or the other"
+            )
 
     def keywords(self) -> CrawlKeywords:
         """The options as keyword arguments for a ``Crawler`` (or :meth:`CrawlConfig.create`)."""
@@ -449,6 +520,9 @@ class CrawlKeywords(TypedDict, total=False):
     delay: float
     state: str | None
     recrawl: bool
+    frontier: str | None
+    crawl_id: str
+    lease: float
 
 
 def normalize_roots(roots: Iterable[str]) -> tuple[str, ...]:

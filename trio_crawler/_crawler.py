@@ -17,8 +17,10 @@ from __future__ import annotations
 import abc
 import enum
 import logging
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from ._cluster import RedisFrontier
 from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_options
 from ._events import Retry
 from ._fetch import DEFAULT_USER_AGENT, Fetcher
@@ -26,7 +28,7 @@ from ._state import CrawlCounts, CrawlState
 from ._statefile import StateLost, StoredFrontier, open_store, stored_roots
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
     from typing import Unpack
 
     import httpx
@@ -122,8 +124,12 @@ class CrawlerBase(abc.ABC):
             user_agent=self.config.user_agent or DEFAULT_USER_AGENT,
             keep_exchanges=on_exchange is not None,
         )
-        self.store: StoredFrontier | None = None
-        if self.config.state is not None:
+        self.store: StoredFrontier | RedisFrontier | None = None
+        if self.config.frontier is not None:
+            self.store = RedisFrontier(self.config)
+            self.state = CrawlState(self.config, on_record=on_record, frontier=self.store)
+            self.store.scheduling = lambda: not self.state.scheduling_stopped
+        elif self.config.state is not None:
             self.store = open_store(self.config)
             self.state = CrawlState(
                 self.config,
@@ -167,7 +173,7 @@ class CrawlerBase(abc.ABC):
         With ``state``, they are read from the file (the whole crawl's, every run of it),
         so read them after the crawl rather than during it.
         """
-        if self.store is not None:
+        if isinstance(self.store, StoredFrontier):
             return self.store.records()
         return self.state.done
 
@@ -237,12 +243,52 @@ class CrawlerBase(abc.ABC):
         meanwhile waits for it to return (a state transaction is finished and applied),
         and is delivered at the caller's next checkpoint."""
 
+    @abc.abstractmethod
+    async def _shielded(self, function: Callable[[], Awaitable[_T]]) -> _T:
+        """Await ``function()`` shielded from cancellation, as :meth:`_in_thread` runs a
+        thread: a call to the shared frontier either completes and is applied, or fails."""
+
+    @abc.abstractmethod
+    def _wake_dispatcher(self) -> None:
+        """Wake the dispatcher to look at the core again (work came, or the end)."""
+
     # -- what the engines share ----------------------------------------------------------
+
+    @asynccontextmanager
+    async def _shared_session(self) -> AsyncIterator[None]:
+        """Around a crawl with ``frontier``: join the shared crawl, and leave it.
+
+        Raises:
+            ClusterError: The server cannot be reached, or holds another crawl by that name.
+        """
+        if not isinstance(self.store, RedisFrontier):
+            yield
+            return
+        async with self.store.session(
+            run=self._shielded,
+            clock=self._now,
+            wake=self._wake_dispatcher,
+            on_lost=self._store_lost,
+        ):
+            yield
+
+    def _store_lost(self, exc: StateLost) -> None:
+        """The crawl's store cannot be written or reached: stop, keeping every record."""
+        LOGGER.error("%s; stopping the crawl", exc)
+        if self.finish_reason is None:
+            self.finish_reason = "frontier-lost"
+        self.stop()
 
     async def _crawl_url(self, client: httpx.AsyncClient, request: FetchRequest) -> None:
         """Attempt one URL until the core has its record (retries are the core's call)."""
         while True:
             self.state.attempt_started(request, now=self._now())
+            if isinstance(self.store, RedisFrontier) and self.store.must_sync(request):
+                # Its host has a delay, which every process times from this instant.
+                try:
+                    await self.store.sync()
+                except StateLost as exc:
+                    self._store_lost(exc)
             outcome = await self._attempt(client, request)
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
@@ -260,10 +306,7 @@ class CrawlerBase(abc.ABC):
         try:
             await self.store.flush(self._in_thread, starved=starved)
         except StateLost as exc:
-            LOGGER.error("%s; stopping the crawl", exc)
-            if self.finish_reason is None:
-                self.finish_reason = "frontier-lost"
-            self.stop()
+            self._store_lost(exc)
 
     def _store_needs(self) -> bool:
         """For a dispatcher with nothing to hand out: whether a flush could change that."""

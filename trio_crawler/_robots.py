@@ -53,6 +53,22 @@ class RobotsRules:
         # the file is unavailable, which allows everything.
         return cls(allow_all=True)
 
+    def as_text(self) -> str:
+        """The rules as a store keeps them: the file, or ``allow``/``deny`` when the
+        status alone decided (a file is never one bare word, so the two cannot clash)."""
+        if self.parsed is not None and self.text is not None:
+            return self.text
+        return "allow" if self.allow_all else "deny"
+
+    @classmethod
+    def from_text(cls, text: str) -> RobotsRules:
+        """The rules :meth:`as_text` kept."""
+        if text == "allow":
+            return cls(allow_all=True)
+        if text == "deny":
+            return cls(allow_all=False)
+        return cls(parsed=Protego.parse(text), text=text)
+
     def allowed(self, url: str) -> bool:
         """True if ``url`` may be fetched."""
         if self.parsed is None:

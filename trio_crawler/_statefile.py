@@ -50,8 +50,6 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from protego import Protego
-
 from ._config import ConfigError
 from ._events import FetchRequest, KnownPage, RobotsRequest
 from ._frontier import (
@@ -827,12 +825,7 @@ class StoredFrontier(MemoryFrontier):
 
     def _note_origin(self, key: str, wait_until: float | None = None) -> None:
         origin = self._origins[key]
-        rules = origin.rules
-        text = None
-        if rules is not None:
-            text = (
-                rules.text if rules.parsed is not None else ("allow" if rules.allow_all else "deny")
-            )
+        text = None if origin.rules is None else origin.rules.as_text()
         self._batch.origins.append(
             OriginNote(
                 key,
@@ -856,12 +849,7 @@ class StoredFrontier(MemoryFrontier):
                 LOGGER.warning("state file: unknown robots state for %s; asking again", note.origin)
                 continue
             if state is RobotsState.KNOWN and note.rules is not None:
-                if note.rules == "allow":
-                    rules = RobotsRules(allow_all=True)
-                elif note.rules == "deny":
-                    rules = RobotsRules(allow_all=False)
-                else:
-                    rules = RobotsRules(parsed=Protego.parse(note.rules), text=note.rules)
+                rules = RobotsRules.from_text(note.rules)
                 self._restore_origin(note.origin, rules=rules, failure=None, delay=note.delay)
             elif state is RobotsState.FAILED:
                 self._restore_origin(

@@ -36,7 +36,7 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     import httpx
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -89,18 +89,19 @@ class Crawler(CrawlerBase):
             self._crawl_scope.cancel("crawl interrupted")
         deadline_passed = None
         try:
-            with self._crawl_scope:
-                async with anyio.create_task_group() as task_group:
-                    request_sender, request_receiver = anyio.create_memory_object_stream[
-                        FetchRequest
-                    ](0)
-                    async with request_receiver:
-                        for _ in range(self.config.max_tasks):
-                            task_group.start_soon(self._worker, request_receiver.clone())
-                    if self._on_progress is not None:
-                        task_group.start_soon(self._report_progress)
-                    task_group.start_soon(self._dispatch, request_sender)
-            deadline_passed = self._crawl_scope.cancelled_caught
+            async with self._shared_session():  # with --frontier: join the shared crawl
+                with self._crawl_scope:
+                    async with anyio.create_task_group() as task_group:
+                        request_sender, request_receiver = anyio.create_memory_object_stream[
+                            FetchRequest
+                        ](0)
+                        async with request_receiver:
+                            for _ in range(self.config.max_tasks):
+                                task_group.start_soon(self._worker, request_receiver.clone())
+                        if self._on_progress is not None:
+                            task_group.start_soon(self._report_progress)
+                        task_group.start_soon(self._dispatch, request_sender)
+                deadline_passed = self._crawl_scope.cancelled_caught
         finally:
             self._end(start, deadline_passed=deadline_passed)
 
@@ -160,6 +161,11 @@ class Crawler(CrawlerBase):
     async def _in_thread(self, function: Callable[[], _T]) -> _T:
         with anyio.CancelScope(shield=True):
             result = await anyio.to_thread.run_sync(function)
+        return result
+
+    async def _shielded(self, function: Callable[[], Awaitable[_T]]) -> _T:
+        with anyio.CancelScope(shield=True):
+            result = await function()
         return result
 
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     import httpx
 
@@ -70,6 +70,8 @@ class Crawler(CrawlerBase):
         # Set by stop(): ends the wait for join(). Futures need the running loop.
         self._stopped: asyncio.Future[None] | None = None
         self._deadline: asyncio.Timeout | None = None
+        # Set by the shared frontier when work comes or the crawl ends (made in crawl()).
+        self._nudged: asyncio.Event | None = None
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -96,26 +98,31 @@ class Crawler(CrawlerBase):
         """Workers on a queue until ``join()`` (see :meth:`CrawlerBase.crawl`)."""
         start = self._begin()
         self._stopped = asyncio.get_running_loop().create_future()
+        self._nudged = asyncio.Event()
         if self._stopping:  # stop() came before crawl()
             self._stopped.set_result(None)
-        workers = [asyncio.create_task(self._work()) for _ in range(self.config.max_tasks)]
-        if self._on_progress is not None:
-            workers.append(asyncio.create_task(self._report_progress()))
         deadline_passed = None
+        outcomes: list[object] = []
         try:
-            try:
-                async with asyncio.timeout(self.config.max_time) as self._deadline:
-                    await self._join()
-            except TimeoutError:
-                deadline_passed = True
-            else:
-                deadline_passed = False
+            async with self._shared_session():  # with --frontier: join the shared crawl
+                workers = [asyncio.create_task(self._work()) for _ in range(self.config.max_tasks)]
+                if self._on_progress is not None:
+                    workers.append(asyncio.create_task(self._report_progress()))
+                try:
+                    try:
+                        async with asyncio.timeout(self.config.max_time) as self._deadline:
+                            await self._join()
+                    except TimeoutError:
+                        deadline_passed = True
+                    else:
+                        deadline_passed = False
+                finally:
+                    # The chapter: ``for w in workers: w.cancel()`` after join(), not in
+                    # finally, and never awaited.
+                    for worker in workers:
+                        worker.cancel()
+                    outcomes = await asyncio.gather(*workers, return_exceptions=True)
         finally:
-            # The chapter: ``for w in workers: w.cancel()`` after join(), not in finally,
-            # and never awaited.
-            for worker in workers:
-                worker.cancel()
-            outcomes = await asyncio.gather(*workers, return_exceptions=True)
             self._end(start, deadline_passed=deadline_passed)
         bugs = [
             outcome
@@ -144,14 +151,24 @@ class Crawler(CrawlerBase):
                     continue
                 if self.state.finished or self._stopped.done():
                     return
-                waiters: set[asyncio.Future[None]] = {self._stopped}
+                waiters: set[asyncio.Future[Any]] = {self._stopped}
                 if self.state.statistics().in_flight:
                     if join_waiter is None or join_waiter.done():
                         join_waiter = asyncio.ensure_future(self._queue.join())
                     waiters.add(join_waiter)
+                assert self._nudged is not None
+                nudged = asyncio.ensure_future(self._nudged.wait())
+                waiters.add(nudged)
                 wakeup = self.state.next_wakeup()
                 timeout = None if wakeup is None else max(0.0, wakeup - loop.time())
-                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    await asyncio.wait(
+                        waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    nudged.cancel()
+                # Cleared before the core is asked again, so no nudge is lost.
+                self._nudged.clear()
         finally:
             if join_waiter is not None:
                 join_waiter.cancel()
@@ -207,6 +224,28 @@ class Crawler(CrawlerBase):
             assert task is not None
             task.cancel()  # delivered at the caller's next await
         return result
+
+    async def _shielded(self, function: Callable[[], Awaitable[_T]]) -> _T:
+        """A task of its own, shielded as :meth:`_in_thread`'s thread is."""
+        task = asyncio.ensure_future(function())
+        cancelled = False
+        while True:
+            try:
+                result = await asyncio.shield(task)
+                break
+            except asyncio.CancelledError:
+                if task.done() and task.cancelled():
+                    raise
+                cancelled = True
+        if cancelled:
+            current = asyncio.current_task()
+            assert current is not None
+            current.cancel()  # delivered at the caller's next await
+        return result
+
+    def _wake_dispatcher(self) -> None:
+        if self._nudged is not None:
+            self._nudged.set()
 
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except CancelledError."""

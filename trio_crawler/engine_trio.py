@@ -63,7 +63,7 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     import httpx
 
@@ -110,16 +110,17 @@ class Crawler(CrawlerBase):
             self._crawl_scope.cancel("crawl interrupted")
         deadline_passed = None
         try:
-            with self._crawl_scope:
-                async with trio.open_nursery() as nursery:
-                    request_sender, request_receiver = trio.open_memory_channel[FetchRequest](0)
-                    async with request_receiver:
-                        for _ in range(self.config.max_tasks):
-                            nursery.start_soon(self._worker, request_receiver.clone())
-                    if self._on_progress is not None:
-                        nursery.start_soon(self._report_progress)
-                    nursery.start_soon(self._dispatch, request_sender)
-            deadline_passed = self._crawl_scope.cancelled_caught
+            async with self._shared_session():  # with --frontier: join the shared crawl
+                with self._crawl_scope:
+                    async with trio.open_nursery() as nursery:
+                        request_sender, request_receiver = trio.open_memory_channel[FetchRequest](0)
+                        async with request_receiver:
+                            for _ in range(self.config.max_tasks):
+                                nursery.start_soon(self._worker, request_receiver.clone())
+                        if self._on_progress is not None:
+                            nursery.start_soon(self._report_progress)
+                        nursery.start_soon(self._dispatch, request_sender)
+                deadline_passed = self._crawl_scope.cancelled_caught
         finally:
             self._end(start, deadline_passed=deadline_passed)
 
@@ -157,6 +158,9 @@ class Crawler(CrawlerBase):
                     await self._crawl_url(client, request)
                 self._progress.set()
 
+    def _wake_dispatcher(self) -> None:
+        self._progress.set()
+
     async def _report_progress(self) -> None:
         """Call ``on_progress`` every interval: one more task beside the workers.
 
@@ -171,6 +175,11 @@ class Crawler(CrawlerBase):
     async def _in_thread(self, function: Callable[[], _T]) -> _T:
         with trio.CancelScope(shield=True):
             result = await trio.to_thread.run_sync(function)
+        return result
+
+    async def _shielded(self, function: Callable[[], Awaitable[_T]]) -> _T:
+        with trio.CancelScope(shield=True):
+            result = await function()
         return result
 
     async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:

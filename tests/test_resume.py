@@ -21,70 +21,20 @@ import os
 import random
 import signal
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import trio
+from sites import Site, run_child
 
 from trio_crawler._cli import ENGINES
 
-from httpserver import Reply, Request, open_test_server
+from httpserver import open_test_server
 from support import HANG_LIMIT, read_records
 
 SEED = int(os.environ.get("RESUME_TEST_SEED", "20261123"))
 KILLS = int(os.environ.get("RESUME_TEST_KILLS", "3"))
 PAGES = 1500
-
-
-@dataclass
-class Site:
-    """A generated site of ``pages`` pages, each linking to the next and to four others,
-    with ETags; a page may change (new ETag, new links) or go away (404)."""
-
-    pages: int
-    rng: random.Random
-    links: dict[int, list[int]] = field(default_factory=dict)
-    version: dict[int, int] = field(default_factory=dict)
-    removed: set[int] = field(default_factory=set)
-    served: int = 0
-    trigger_at: int = 0
-    triggered: trio.Event = field(default_factory=trio.Event)
-    fetched: dict[str, int] = field(default_factory=dict)  # 200 replies per path
-    conditional: int = 0  # requests that carried If-None-Match
-
-    def __post_init__(self) -> None:
-        for number in range(self.pages):
-            others = self.rng.sample(range(self.pages), 4)
-            self.links[number] = [number + 1, *others] if number + 1 < self.pages else others
-
-    def paths(self) -> set[str]:
-        return {f"/p/{number}.html" for number in self.links if number not in self.removed}
-
-    def arm(self, count: int) -> None:
-        """Set :attr:`triggered` when ``count`` more pages have been served."""
-        self.trigger_at = self.served + count
-        self.triggered = trio.Event()
-
-    async def handle(self, request: Request) -> Reply:
-        name = request.target.removeprefix("/p/").removesuffix(".html")
-        if not request.target.startswith("/p/") or not name.isdigit():
-            return Reply.html("not found", status=404)
-        number = int(name)
-        if number not in self.links or number in self.removed:
-            return Reply.html("gone", status=404)
-        etag = f'"{number}-{self.version.get(number, 0)}"'
-        if "if-none-match" in request.headers:
-            self.conditional += 1
-            if request.headers["if-none-match"] == etag:
-                return Reply(status=304, headers=(("etag", etag),))
-        self.served += 1
-        self.fetched[request.target] = self.fetched.get(request.target, 0) + 1
-        if self.served == self.trigger_at:
-            self.triggered.set()
-        body = "".join(f'<a href="/p/{link}.html">{link}</a> ' for link in self.links[number])
-        reply = Reply.html(f"<html><body>{body}</body></html>")
-        return Reply(status=200, headers=(*reply.headers, ("etag", etag)), body=reply.body)
 
 
 def command(engine: str, state: Path, output: Path, *extra: str) -> list[str]:
@@ -104,40 +54,6 @@ def command(engine: str, state: Path, output: Path, *extra: str) -> list[str]:
         "10",
         *extra,
     ]
-
-
-@dataclass
-class Run:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def __str__(self) -> str:
-        return (
-            f"exit {self.returncode}\nstdout: {self.stdout[-1500:]}\nstderr: {self.stderr[-3000:]}"
-        )
-
-
-async def run_child(
-    args: list[str], tmp_path: Path, *, site: Site | None = None, send: int | None = None
-) -> Run:
-    """Run the command; if ``send`` is given, send it that signal once ``site`` triggers."""
-    out, err = tmp_path / "child.out", tmp_path / "child.err"
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        process = await trio.lowlevel.open_process(args, stdout=stdout, stderr=stderr)
-        async with trio.open_nursery() as nursery:
-            if site is not None and send is not None:
-
-                async def signal_when_triggered() -> None:
-                    assert site is not None
-                    assert send is not None
-                    await site.triggered.wait()
-                    process.send_signal(send)
-
-                nursery.start_soon(signal_when_triggered)
-            await process.wait()
-            nursery.cancel_scope.cancel()
-    return Run(process.returncode, out.read_text(), err.read_text())
 
 
 def check_output(

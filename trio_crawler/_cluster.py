@@ -109,6 +109,29 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
     return (coredis.exceptions.ConnectionError, TimeoutError, OSError)
 
 
+def _refusal(exc: BaseException, where: str) -> ClusterError | None:
+    """The one-line error for a server that cannot be used (unreachable, or refusing our
+    credentials), found in ``exc`` or the group that carries it; None for anything else
+    (a bug, which must surface as one)."""
+    import coredis.exceptions
+
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _refusal(inner, where)
+            if found is not None:
+                return found
+        return None
+    if isinstance(exc, ClusterError):
+        return exc
+    if isinstance(
+        exc, coredis.exceptions.AuthenticationError | coredis.exceptions.AuthorizationError
+    ):
+        return ClusterError(f"{where} refused the credentials: {_reason(exc)}")
+    if isinstance(exc, _lost_errors()):
+        return ClusterError(f"cannot reach {where}: {_reason(exc)}")
+    return None
+
+
 def prefix_of(crawl_id: str) -> str:
     """The crawl's key prefix; the braces keep its keys in one slot of a cluster."""
     return f"trio-crawler:{{{crawl_id}}}:"
@@ -155,8 +178,11 @@ async def read_status(url: str, crawl_id: str) -> SharedCounts:
             answer = await client.register_script(STATUS)(
                 keys=[prefix_of(crawl_id) + "meta"], args=[prefix_of(crawl_id)]
             )
-    except _lost_errors() as exc:
-        raise ClusterError(f"cannot reach {where}: {_reason(exc)}") from None
+    except BaseException as exc:
+        refusal = _refusal(exc, where)
+        if refusal is None:
+            raise
+        raise refusal from None
     if not answer:
         raise ClusterError(f"{where} holds no crawl named {crawl_id!r}")
     try:
@@ -175,8 +201,11 @@ async def shared_roots(url: str, crawl_id: str) -> tuple[str, ...]:
     try:
         async with _client(url) as client:
             meta = await client.hmget(prefix_of(crawl_id) + "meta", ["v", "roots"])
-    except _lost_errors() as exc:
-        raise ClusterError(f"cannot reach {where}: {_reason(exc)}") from None
+    except BaseException as exc:
+        refusal = _refusal(exc, where)
+        if refusal is None:
+            raise
+        raise refusal from None
     version, roots = meta
     if version is None:
         raise ClusterError(f"{where} holds no crawl named {crawl_id!r}; give ROOTs to start one")
@@ -716,10 +745,11 @@ class RedisFrontier(MemoryFrontier):
                         with anyio.CancelScope(shield=True), anyio.move_on_after(self.lease):
                             await self._give_back_all(on_lost)
                         tasks.cancel_scope.cancel()
-        except _lost_errors() as exc:
-            if self._joined:
+        except BaseException as exc:
+            refusal = None if self._joined else _refusal(exc, self.where)
+            if refusal is None:
                 raise
-            raise ClusterError(f"cannot reach {self.where}: {_reason(exc)}") from None
+            raise refusal from None
         finally:
             self._closed = True
 
@@ -747,8 +777,11 @@ class RedisFrontier(MemoryFrontier):
                 answer = await self._client.register_script(CREATE)(
                     keys=[self.prefix + "meta"], args=args
                 )
-        except _lost_errors() as exc:
-            raise ClusterError(f"cannot reach {self.where}: {_reason(exc)}") from None
+        except BaseException as exc:
+            refusal = _refusal(exc, self.where)
+            if refusal is None:
+                raise
+            raise refusal from None
         if not isinstance(answer, list) or len(answer) != 3:
             raise ClusterError(f"{self.where} answered nonsense to joining the crawl")
         outcome, stored, counts = answer

@@ -1,0 +1,426 @@
+"""``--frontier``: one crawl shared by several processes through a real Redis server.
+
+What the README promises ("Crawling with many machines"): the union of the processes'
+outputs has one record per URL, each URL fetched once; every process exits 0 soon after
+the last record, by the server's word and not an idle timer; a process killed with SIGKILL
+costs duplicates only for what it held, one stopped with SIGINT gives its URLs back at once;
+``--delay`` and robots.txt hold for all processes together; a lost server ends the crawl
+with ``frontier-lost`` and keeps the records; a password is never shown.
+
+Real processes and signals, a real ``redis-server`` per test (tests/redis_server.py), the
+test's own HTTP server in its task group. Kills happen at a request count, not a time.
+``trio.fail_after`` is the hang detector.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+from redis_server import RedisServer, free_port, running_redis
+from sites import Run, Site, run_child
+
+from httpserver import Reply, Request, open_test_server
+from support import HANG_LIMIT, read_records
+
+SEED = int(os.environ.get("CLUSTER_TEST_SEED", "20261124"))
+# The contract: every process learns the end within 2 s. Measured from the last page the
+# site served to each process's exit, which includes writing its report.
+END_WITHIN = 2.0
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_redis(tmp_path / "redis") as server:
+        yield server
+
+
+def command(engine: str, frontier: str, output: Path | None, *extra: str) -> list[str]:
+    args = [
+        sys.executable,
+        "-m",
+        "trio_crawler",
+        "--engine",
+        engine,
+        "--frontier",
+        frontier,
+        "--no-progress",
+        "--max-tasks",
+        "4",
+        *extra,
+    ]
+    if output is not None:
+        args += ["-o", str(output)]
+    return args
+
+
+def union(outputs: list[Path], context: str) -> list[str]:
+    urls: list[str] = []
+    for output in outputs:
+        if output.exists():
+            urls += [str(record["url"]) for record in read_records(output, context)]
+    return urls
+
+
+async def crawl_together(
+    engines: list[str],
+    server: RedisServer,
+    site: Site,
+    root: str,
+    tmp_path: Path,
+    *extra: str,
+    kill: tuple[int, int] | None = None,
+) -> tuple[list[Run], list[Path], list[float]]:
+    """Start one process per engine on one crawl (the first with the root, the others
+    joining without it); with ``kill`` = (index, signal), signal that process once the
+    site's armed event fires. Returns the runs, their outputs and their exit times."""
+    runs: list[Run | None] = [None] * len(engines)
+    outputs = [tmp_path / f"out-{index}.jsonl" for index in range(len(engines))]
+    ended: list[float] = []
+
+    async def one(index: int) -> None:
+        roots = [root] if index == 0 else []
+        args = command(engines[index], server.url(), outputs[index], *extra, *roots)
+        send = kill[1] if kill is not None and kill[0] == index else None
+        runs[index] = await run_child(
+            args, tmp_path, site=site, send=send, name=f"p{index}", ended=ended
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one, 0)
+        # The others join once the first has created the crawl (its root is asked for).
+        await site.begun.wait()
+        for index in range(1, len(engines)):
+            nursery.start_soon(one, index)
+    assert all(run is not None for run in runs)
+    return [run for run in runs if run is not None], outputs, ended
+
+
+@pytest.mark.parametrize(
+    "engines", [("trio", "asyncio", "anyio-trio"), ("anyio-asyncio", "trio", "asyncio")]
+)
+@pytest.mark.trio
+async def test_three_processes_share_one_crawl(
+    tmp_path: Path, redis: RedisServer, engines: tuple[str, ...]
+) -> None:
+    """One record per URL in the union, each URL fetched once, every process ends soon
+    after the last record with exit 0, and each made some of the records."""
+    site = Site(900, random.Random(f"{SEED}-{engines}"), pause=0.01)
+    with trio.fail_after(HANG_LIMIT * 2):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            runs, outputs, ended = await crawl_together(
+                list(engines), redis, site, http.url("/p/0.html"), tmp_path, "--ignore-robots"
+            )
+    context = "\n".join(f"{engine}: {run}" for engine, run in zip(engines, runs, strict=True))
+    for run in runs:
+        assert run.returncode == 0, context
+        assert "Finish reason: finished" in run.stdout, context
+        assert "Todo: 0" in run.stdout, context
+    urls = union(outputs, context)
+    assert len(urls) == len(set(urls)), f"a URL has two records: {context}"
+    assert set(urls) == {http.url(path) for path in site.paths()}, context
+    assert set(site.fetched.values()) == {1}, f"a page was fetched twice: {context}"
+    for output in outputs:
+        assert read_records(output, context), f"a process made no record: {context}"
+    late = [round(when - site.last_served, 2) for when in ended]
+    assert max(late) <= END_WITHIN, f"exits {late} s after the last page: {context}"
+
+
+@pytest.mark.trio
+async def test_a_killed_process_leaves_its_urls_to_the_others(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """SIGKILL one of three mid-crawl, with a short lease: the crawl still finishes, every
+    URL has a record, and only URLs the killed process held have two."""
+    rng = random.Random(f"{SEED}-kill")
+    site = Site(600, rng, pause=0.01)
+    site.arm(rng.randint(50, 200))
+    with trio.fail_after(HANG_LIMIT * 2):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            runs, outputs, _ = await crawl_together(
+                ["trio", "asyncio", "anyio-trio"],
+                redis,
+                site,
+                http.url("/p/0.html"),
+                tmp_path,
+                "--ignore-robots",
+                "--lease",
+                "2",
+                kill=(1, signal.SIGKILL),
+            )
+    context = "\n".join(str(run) for run in runs)
+    assert runs[1].returncode == -signal.SIGKILL, context
+    for run in (runs[0], runs[2]):
+        assert run.returncode == 0, context
+        assert "Finish reason: finished" in run.stdout, context
+    urls = union(outputs, context)
+    assert set(urls) == {http.url(path) for path in site.paths()}, context
+    twice = len(urls) - len(set(urls))
+    # The killed process held at most --max-tasks URLs (4): in flight, or leased and waiting.
+    assert twice <= 4, f"{twice} duplicates: {context}"
+    assert max(site.fetched.values()) <= 2, context
+
+
+@pytest.mark.trio
+async def test_sigint_gives_leases_back_at_once(tmp_path: Path, redis: RedisServer) -> None:
+    """SIGINT one of three: it exits 130 having given its URLs back, and the others finish
+    long before its leases (60 s) could have run out; one record per URL in the union."""
+    rng = random.Random(f"{SEED}-sigint")
+    site = Site(600, rng, pause=0.01)
+    site.arm(rng.randint(50, 200))
+    with trio.fail_after(40):  # well inside the 60 s lease: nothing waited for it
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            runs, outputs, _ = await crawl_together(
+                ["trio", "anyio-asyncio", "asyncio"],
+                redis,
+                site,
+                http.url("/p/0.html"),
+                tmp_path,
+                "--ignore-robots",
+                "--lease",
+                "60",
+                "--grace",
+                "0",
+                kill=(0, signal.SIGINT),
+            )
+    context = "\n".join(str(run) for run in runs)
+    assert runs[0].returncode == 130, context
+    assert "Finish reason: interrupted" in runs[0].stdout, context
+    for run in runs[1:]:
+        assert run.returncode == 0, context
+        assert "Finish reason: finished" in run.stdout, context
+    urls = union(outputs, context)
+    assert len(urls) == len(set(urls)), f"a URL has two records: {context}"
+    assert set(urls) == {http.url(path) for path in site.paths()}, context
+
+
+@pytest.mark.trio
+async def test_delay_and_robots_hold_across_processes(tmp_path: Path, redis: RedisServer) -> None:
+    """--delay 0.2 with three processes on one host: the server sees page requests at
+    least 0.2 s apart, and robots.txt is fetched once for the whole crawl."""
+    site = Site(20, random.Random(f"{SEED}-delay"))
+    robots_fetched = 0
+
+    async def robots(request: Request) -> Reply:
+        nonlocal robots_fetched
+        robots_fetched += 1
+        return Reply(
+            status=200,
+            headers=(("content-type", "text/plain"),),
+            body=b"User-agent: *\nDisallow: /private/\n",
+        )
+
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            http.route("/robots.txt", robots)
+            runs, outputs, _ = await crawl_together(
+                ["trio", "asyncio", "anyio-trio"],
+                redis,
+                site,
+                http.url("/p/0.html"),
+                tmp_path,
+                "--delay",
+                "0.2",
+            )
+    context = "\n".join(str(run) for run in runs)
+    for run in runs:
+        assert run.returncode == 0, context
+    assert robots_fetched == 1, context
+    urls = union(outputs, context)
+    assert sorted(urls) == sorted({http.url(path) for path in site.paths()}), context
+    gaps = [later - earlier for earlier, later in zip(site.starts, site.starts[1:], strict=False)]
+    # 5 ms below 0.2 s: the test server's own loop timestamps each request late or early
+    # by its scheduling, which the crawler cannot see.
+    assert min(gaps) >= 0.195, f"requests {min(gaps):.3f} s apart: {context}"
+    counts = [len(read_records(output, context)) for output in outputs]
+    assert sum(1 for count in counts if count) >= 2, f"no sharing: {counts}"
+
+
+@pytest.mark.trio
+async def test_a_lost_server_ends_the_crawl_with_records_kept(tmp_path: Path) -> None:
+    """Redis killed mid-crawl: the process retries for --lease seconds, then stops with
+    frontier-lost, exit 1, every record it wrote intact."""
+    site = Site(2000, random.Random(f"{SEED}-lost"), pause=0.01)
+    site.arm(100)
+    output = tmp_path / "out.jsonl"
+    with running_redis(tmp_path / "redis") as server, trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            args = command(
+                "trio", server.url(), output, "--ignore-robots", "--lease", "2",
+                http.url("/p/0.html"),
+            )  # fmt: skip
+            async with trio.open_nursery() as nursery:
+
+                async def kill_server() -> None:
+                    await site.triggered.wait()
+                    server.kill()
+
+                nursery.start_soon(kill_server)
+                run = await run_child(args, tmp_path)
+    assert run.returncode == 1, run
+    assert "Finish reason: frontier-lost" in run.stdout, run
+    assert "lost the shared frontier" in run.stderr, run
+    records = read_records(output, run)
+    urls = [record["url"] for record in records]
+    assert len(urls) == len(set(urls)), run
+    # Every page has its record but those whose links the lost server never took: at most
+    # what the process held (--max-tasks 4).
+    assert len(urls) >= site.served - 4, f"{len(urls)} records, {site.served} pages: {run}"
+
+
+@pytest.mark.trio
+async def test_joining_a_finished_crawl_makes_no_request(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    site = Site(30, random.Random(SEED))
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            root = http.url("/p/0.html")
+            first = await run_child(
+                command("trio", redis.url(), None, "--ignore-robots", root), tmp_path
+            )
+            served = site.served
+            again = await run_child(command("asyncio", redis.url(), None), tmp_path)
+            status = await run_child(command("trio", redis.url(), None, "--status"), tmp_path)
+    assert first.returncode == 0, first
+    assert again.returncode == 0, again
+    assert site.served == served, "a finished crawl made requests"
+    assert "Done: 0" in again.stdout, again
+    assert "Finish reason: finished" in again.stdout, again
+    assert status.returncode == 0, status
+    assert status.stdout == "queued: 0\nleased: 0\ndone: 30\nfailed: 0\nfinished: yes\n", status
+
+
+async def one_line_error(args: list[str], tmp_path: Path, **kwargs: object) -> str:
+    run = await run_child(args, tmp_path, **kwargs)  # type: ignore[arg-type]
+    assert run.returncode == 2, run
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run
+    assert lines[0].startswith("trio-crawler: error: "), run
+    return lines[0]
+
+
+@pytest.mark.trio
+async def test_usage_errors_are_one_line(tmp_path: Path, redis: RedisServer) -> None:
+    with trio.fail_after(HANG_LIMIT):
+        nobody = f"redis://127.0.0.1:{free_port()}/0"
+        line = await one_line_error(command("trio", nobody, None, "http://a.test/"), tmp_path)
+        assert "cannot reach" in line
+        line = await one_line_error(command("trio", nobody, None, "--status"), tmp_path)
+        assert "cannot reach" in line
+        line = await one_line_error(command("trio", redis.url(), None, "--status"), tmp_path)
+        assert "no crawl named 'crawl'" in line
+        line = await one_line_error(command("trio", redis.url(), None), tmp_path)
+        assert "no crawl named" in line
+        line = await one_line_error(
+            command("trio", redis.url(), None, "--state", str(tmp_path / "s.db"), "http://a.test/"),
+            tmp_path,
+        )
+        assert "--frontier" in line
+        line = await one_line_error(command("trio", "http://x/", None, "http://a.test/"), tmp_path)
+        assert "redis://" in line
+        line = await one_line_error(
+            command("trio", redis.url(), None, "--crawl-id", "a b", "http://a.test/"), tmp_path
+        )
+        assert "--crawl-id" in line
+        # Another crawl's roots under the same name.
+        async with open_test_server() as http:
+            http.fallback(Site(3, random.Random(SEED)).handle)
+            done = await run_child(
+                command("trio", redis.url(), None, "--ignore-robots", http.url("/p/0.html")),
+                tmp_path,
+            )
+            assert done.returncode == 0, done
+            line = await one_line_error(
+                command("trio", redis.url(), None, http.url("/p/1.html")), tmp_path
+            )
+            assert "other roots" in line
+
+
+@pytest.mark.trio
+async def test_a_password_is_never_shown(tmp_path: Path) -> None:
+    """In the URL or in the environment, the password works and never appears in what
+    the crawler writes: logs, errors, the report, --status, records."""
+    secret = "s3cret-" + "x" * 12
+    site = Site(20, random.Random(SEED))
+    with running_redis(tmp_path / "redis", password=secret) as server, trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            output, root = tmp_path / "out.jsonl", http.url("/p/0.html")
+            crawl = await run_child(
+                command("trio", server.url(), output, "-vv", "--ignore-robots", root),
+                tmp_path,
+            )
+            status = await run_child(command("trio", server.url(), None, "--status"), tmp_path)
+            environment = {**os.environ, "TRIO_CRAWLER_REDIS_PASSWORD": secret}
+            status_env = await run_child(
+                command("trio", server.url(password=""), None, "--status"),
+                tmp_path,
+                env=environment,
+            )
+            wrong = await run_child(
+                command("trio", server.url(password="wrong-" + secret), None, "--status"),
+                tmp_path,
+            )
+    assert crawl.returncode == 0, crawl
+    for run in (status, status_env):
+        assert run.returncode == 0, run
+        assert "finished: yes" in run.stdout, run
+    assert wrong.returncode == 2, wrong
+    for run in (crawl, status, status_env, wrong):
+        assert secret not in run.stdout + run.stderr, run
+    assert secret not in output.read_text()
+    assert "***" in wrong.stderr, wrong
+
+
+@pytest.mark.trio
+async def test_tls_to_the_server(tmp_path: Path) -> None:
+    """rediss:// with the server's CA: the crawl runs over TLS."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    tls = (
+        "--tls-port", "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
+        "--tls-ca-cert-file", str(ca_file), "--tls-auth-clients", "no",
+    )  # fmt: skip
+    site = Site(20, random.Random(SEED))
+    with running_redis(tmp_path / "redis", *tls) as server, trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            frontier = server.url(query=f"?ssl_ca_certs={ca_file}")
+            output = tmp_path / "out.jsonl"
+            run = await run_child(
+                command("trio", frontier, output, "--ignore-robots", http.url("/p/0.html")),
+                tmp_path,
+            )
+            status = await run_child(command("trio", frontier, None, "--status"), tmp_path)
+    assert frontier.startswith("rediss://")
+    assert run.returncode == 0, run
+    assert len(read_records(output, run)) == 20, run
+    assert "done: 20" in status.stdout, status
+
+
+def test_a_config_never_shows_the_frontier_password() -> None:
+    """A config's repr (in tracebacks, in logs of a caller's own) leaves the frontier's URL
+    out: it may hold a password."""
+    from trio_crawler._config import CrawlConfig
+
+    config = CrawlConfig.create(["http://a.test/"], frontier="redis://:pw-123@127.0.0.1:1/0")
+    assert "pw-123" not in repr(config)
+    assert config.frontier == "redis://:pw-123@127.0.0.1:1/0"

@@ -338,7 +338,7 @@ async def test_usage_errors_are_one_line(tmp_path: Path, redis: RedisServer) -> 
         assert "--crawl-id" in line
         # Another crawl's roots under the same name.
         async with open_test_server() as http:
-            http.fallback(Site(3, random.Random(SEED)).handle)
+            http.fallback(Site(10, random.Random(SEED)).handle)
             done = await run_child(
                 command("trio", redis.url(), None, "--ignore-robots", http.url("/p/0.html")),
                 tmp_path,

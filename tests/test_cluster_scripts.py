@@ -1,0 +1,170 @@
+"""The shared frontier's Lua scripts, driven through a real ``redis-server``.
+
+Seeded random batches of operations from three processes (owners): adding links, leasing,
+finishing, dropping, giving back, settling robots.txt, renewing; some calls with a lease
+of 0 s, so that leases run out and are reclaimed by whoever calls next. After every call the
+whole crawl is read back and checked:
+
+* pending = queued + leased, and each count matches the URLs in that state;
+* no URL is both queued and leased; each queued URL has exactly one live entry in its
+  origin's queue; each lease has exactly one holder;
+* done is final, and so is finished, which is set exactly when nothing is pending;
+* the seen set is exactly the URLs ever added (the model's).
+
+``CLUSTER_SCRIPT_SEED`` and ``CLUSTER_SCRIPT_STEPS`` choose other and longer runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import coredis
+import pytest
+from redis_server import running_redis
+
+from trio_crawler._cluster_scripts import CREATE, STEP
+
+SEED = int(os.environ.get("CLUSTER_SCRIPT_SEED", "20261124"))
+STEPS = int(os.environ.get("CLUSTER_SCRIPT_STEPS", "300"))
+P = "trio-crawler:{prop}:"
+ORIGINS = ("http://a.test", "http://b.test", "http://c.test")
+POOL = [f"{origin}/p{number}" for origin in ORIGINS for number in range(25)]
+
+
+def origin(url: str) -> str:
+    return url[: url.index("/", 8)]
+
+
+async def snapshot(client: Any) -> dict[str, Any]:
+    meta = await client.hgetall(P + "meta")
+    urls = await client.hgetall(P + "urls")
+    leases = await client.zrange(P + "leases", 0, -1)
+    held = await client.hgetall(P + "held")
+    origins = {}
+    queues = {}
+    for key in ORIGINS:
+        origins[key] = await client.hgetall(P + "o:" + key)
+        queues[key] = await client.lrange(P + "q:" + key, 0, -1)
+    return {
+        "meta": meta,
+        "urls": urls,
+        "leases": set(leases),
+        "held": held,
+        "origins": origins,
+        "queues": queues,
+    }
+
+
+def check(state: dict[str, Any], seen: set[str], done_before: set[str], context: str) -> None:
+    meta, urls = state["meta"], state["urls"]
+    queued = {url for url, st in urls.items() if st == "q"}
+    leased = {url for url, st in urls.items() if st == "l"}
+    done = {url for url, st in urls.items() if st == "d"}
+    fetching = {key for key, o in state["origins"].items() if o and o.get("rb") == "f"}
+    assert set(urls) == seen, context
+    assert set(urls.values()) <= {"q", "l", "d"}, context
+    assert done_before <= done, f"a done URL changed state: {context}"
+    assert int(meta["queued"]) == len(queued), context
+    assert int(meta["leased"]) == len(leased) + len(fetching), context
+    assert state["leases"] == set(state["held"]), context
+    assert state["leases"] == leased | {"r " + key for key in fetching}, context
+    for key in ORIGINS:
+        o = state["origins"][key]
+        if not o:
+            continue
+        live = [entry.split(" ", 4)[4] for entry in state["queues"][key]]
+        live = [url for url in live if urls.get(url) == "q"]
+        mine = {url for url in queued if origin(url) == key}
+        assert sorted(live) == sorted(mine), f"{key}'s queue: {context}"
+        assert int(o["qn"]) == len(mine), f"{key}'s count: {context}"
+        holders = {url for url in leased if origin(url) == key} | (
+            {"r " + key} if key in fetching else set()
+        )
+        assert int(o["fl"]) == len(holders), f"{key}'s leases: {context}"
+    pending = len(queued) + len(leased) + len(fetching)
+    if meta["fin"] == "1":
+        assert pending == 0, f"finished with {pending} pending: {context}"
+
+
+@pytest.mark.trio
+async def test_script_invariants_hold_under_random_batches(tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create, step = client.register_script(CREATE), client.register_script(STEP)
+            root = POOL[0]
+            answer = await create(
+                keys=[P + "meta"],
+                args=[P, json.dumps([root]), "{}", "1", "0", "2", "10", root, origin(root)],
+            )
+            assert answer[0] == "created"
+            seen = {root}
+            held: dict[str, set[str]] = {owner: set() for owner in ("o1", "o2", "o3")}
+            done_before: set[str] = set()
+            finished = False
+            for number in range(STEPS):
+                owner = rng.choice(list(held))
+                ops: list[dict[str, Any]] = []
+                for _ in range(rng.randint(1, 4)):
+                    kind = rng.choice(["add", "add", "done", "drop", "back", "robots", "renew"])
+                    mine = sorted(held[owner])
+                    if kind == "add":
+                        key = rng.choice(ORIGINS)
+                        urls = rng.sample([u for u in POOL if origin(u) == key], rng.randint(1, 4))
+                        queue = rng.random() < 0.9
+                        ops.append(
+                            {"k": "add", "o": key, "u": urls, "d": 1, "r": 10, "s": 0,
+                             "f": rng.random() < 0.2, "q": queue}
+                        )  # fmt: skip
+                        if queue and not finished:
+                            seen.update(urls)
+                    elif kind in ("done", "drop", "back") and mine:
+                        member = rng.choice(mine)
+                        if member.startswith("r "):
+                            continue
+                        if kind == "back":
+                            entry = f"2 1 10 0 {member}"
+                            ops.append({"k": "back", "u": member, "e": entry, "w": 0})
+                        else:
+                            ops.append({"k": kind, "u": member, "o": origin(member), "rec": 1})
+                    elif kind == "done":  # someone else's, or a URL nobody holds
+                        url = rng.choice(POOL)
+                        ops.append({"k": "done", "u": url, "o": origin(url), "rec": 1})
+                    elif kind == "robots":
+                        tickets = [m for m in mine if m.startswith("r ")]
+                        if tickets:
+                            key = rng.choice(tickets)[2:]
+                            settle = rng.choice(["k", "x", "back"])
+                            if settle == "back":
+                                ops.append({"k": "rback", "o": key})
+                            else:
+                                ops.append({"k": "robots", "o": key, "st": settle, "rt": "allow"})
+                    elif kind == "renew" and mine:
+                        ops.append({"k": "renew", "u": mine})
+                if rng.random() < 0.7:
+                    ops.append({"k": "lease", "n": rng.randint(1, 5)})
+                lease_for = "0" if rng.random() < 0.1 else "60"
+                raw = await step(keys=[P + "meta"], args=[P, owner, lease_for, json.dumps(ops)])
+                answer = json.loads(raw)
+                state = await snapshot(client)
+                context = f"seed {SEED}, step {number}, owner {owner}, ops {ops}"
+                check(state, seen, done_before, context)
+                # What each owner now holds, as the server says.
+                for who in held:
+                    held[who] = {
+                        member
+                        for member, value in state["held"].items()
+                        if value.split("\n", 1)[0] == who
+                    }
+                for item in answer["l"] if isinstance(answer["l"], list) else []:
+                    member = "r " + item[1] if item[0] == "r" else item[1].split(" ", 4)[4]
+                    assert member in held[owner], f"leased but not held: {context}"
+                was_finished = finished
+                finished = state["meta"]["fin"] == "1"
+                assert not (was_finished and not finished), f"finished was undone: {context}"
+                done_before = {url for url, st in state["urls"].items() if st == "d"}
+            assert done_before, "no URL was ever done: the run tested little"

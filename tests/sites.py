@@ -35,6 +35,8 @@ class Site:
     starts: list[float] = field(default_factory=list)  # when each page request arrived
     last_served: float = 0.0
     begun: trio.Event = field(default_factory=trio.Event)  # the first page was asked for
+    in_flight: int = 0  # page requests being answered now
+    peak: int = 0  # the most at once
 
     def __post_init__(self) -> None:
         for number in range(self.pages):
@@ -56,8 +58,13 @@ class Site:
         number = int(name)
         self.starts.append(trio.current_time())
         self.begun.set()
-        if self.pause:
-            await trio.sleep(self.pause)
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            if self.pause:
+                await trio.sleep(self.pause)
+        finally:
+            self.in_flight -= 1
         if number not in self.links or number in self.removed:
             return Reply.html("gone", status=404)
         etag = f'"{number}-{self.version.get(number, 0)}"'

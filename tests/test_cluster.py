@@ -14,6 +14,7 @@ test's own HTTP server in its task group. Kills happen at a request count, not a
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -245,6 +246,67 @@ async def test_delay_and_robots_hold_across_processes(tmp_path: Path, redis: Red
     assert min(gaps) >= 0.195, f"requests {min(gaps):.3f} s apart: {context}"
     counts = [len(read_records(output, context)) for output in outputs]
     assert sum(1 for count in counts if count) >= 2, f"no sharing: {counts}"
+
+
+@pytest.mark.trio
+async def test_max_per_host_holds_across_processes(tmp_path: Path, redis: RedisServer) -> None:
+    """--max-per-host 2 with three processes of 4 workers each: the host never sees more
+    than 2 requests at once."""
+    site = Site(150, random.Random(f"{SEED}-per-host"), pause=0.02)
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            runs, outputs, _ = await crawl_together(
+                ["trio", "asyncio", "anyio-asyncio"],
+                redis,
+                site,
+                http.url("/p/0.html"),
+                tmp_path,
+                "--ignore-robots",
+                "--max-per-host",
+                "2",
+            )
+    context = "\n".join(str(run) for run in runs)
+    for run in runs:
+        assert run.returncode == 0, context
+    assert len(union(outputs, context)) == 150, context
+    assert site.peak == 2, f"{site.peak} requests at once: {context}"
+
+
+@pytest.mark.trio
+async def test_damaged_entries_are_skipped_not_fatal(tmp_path: Path, redis: RedisServer) -> None:
+    """A queued entry that is not one (written by hand, or by another program) is logged
+    and dropped; the crawl goes on and finishes."""
+    import coredis
+
+    from trio_crawler._cluster import prefix_of
+    from trio_crawler._cluster_scripts import CREATE
+
+    site = Site(20, random.Random(SEED))
+    prefix = prefix_of("crawl")
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            root = http.url("/p/0.html")
+            key = root[: root.index("/", 8)]
+            async with coredis.Redis(port=redis.port, decode_responses=True) as client:
+                # The crawl as its first process creates it (robots.txt not obeyed).
+                create = client.register_script(CREATE)
+                args = [prefix, json.dumps([root]), "{}", "0", "0", "", "10", root, key]
+                assert (await create(keys=[prefix + "meta"], args=args))[0] == "created"
+                for entry in ("1 0 10 0 ftp://not-http/", "x y z", "1 0 10 0 " + key + "/p/1.html"):
+                    url = entry.split(" ", 4)[-1]
+                    await client.hset(prefix + "urls", {url: "q"})
+                    await client.lpush(prefix + "q:" + key, [entry])
+                    await client.hincrby(prefix + "o:" + key, "qn", 1)
+                    await client.hincrby(prefix + "meta", "queued", 1)
+            output = tmp_path / "out.jsonl"
+            second = await run_child(command("asyncio", redis.url(), output), tmp_path)
+    assert second.returncode == 0, second
+    assert "Finish reason: finished" in second.stdout, second
+    assert "entry is damaged" in second.stderr, second
+    urls = {record["url"] for record in read_records(output, second)}
+    assert urls == {http.url(path) for path in site.paths()}, second
 
 
 @pytest.mark.trio

@@ -36,7 +36,8 @@ SIGNATURE = (
     "(roots, *, exclude=None, strict=True, max_redirect=10, max_tries=4, max_tasks=10, "
     "client=None, sitemaps=False, timeout=10.0, max_time=None, max_pages=None, max_depth=None, "
     "max_size=10485760, max_url_length=2083, obey_robots=True, user_agent=None, "
-    "max_per_host=None, delay=0.0, state=None, recrawl=False, on_record=None, "
+    "max_per_host=None, delay=0.0, state=None, recrawl=False, frontier=None, "
+    "crawl_id='crawl', lease=60.0, on_record=None, "
     "on_exchange=None, on_progress=None, progress_interval=0.1)"
 )
 
@@ -180,32 +181,35 @@ def test_a_misspelt_option_is_a_type_error_naming_the_crawler() -> None:
 
 
 def test_crawler_passes_every_option_to_its_config(tmp_path: Path) -> None:
-    options = CrawlOptions(
-        exclude="x",
-        strict=False,
-        max_redirect=1,
-        max_tries=2,
-        max_tasks=3,
-        sitemaps=True,
-        timeout=4.0,
-        max_time=5.0,
-        max_pages=6,
-        max_depth=7,
-        max_size=8,
-        max_url_length=9,
-        obey_robots=False,
-        user_agent="ua",
-        max_per_host=10,
-        delay=11.0,
-        state=str(tmp_path / "crawl.db"),
-        recrawl=True,
-    )
-    assert all(getattr(options, f.name) != f.default for f, _ in declared_options(CrawlOptions)), (
-        "every option set to a value that is not its default"
-    )
-    crawler = trio_crawler.Crawler(["example.com"], **options.keywords())
-    for f, _ in declared_options(CrawlOptions):
-        assert getattr(crawler.config, f.name) == getattr(options, f.name), f.name
+    common = {
+        "exclude": "x",
+        "strict": False,
+        "max_redirect": 1,
+        "max_tries": 2,
+        "max_tasks": 3,
+        "sitemaps": True,
+        "timeout": 4.0,
+        "max_time": 5.0,
+        "max_pages": 6,
+        "max_depth": 7,
+        "max_size": 8,
+        "max_url_length": 9,
+        "obey_robots": False,
+        "user_agent": "ua",
+        "max_per_host": 10,
+        "delay": 11.0,
+    }
+    # A crawl is kept in a state file or on a shared frontier, never both: two crawlers.
+    stored = CrawlOptions(**common, state=str(tmp_path / "crawl.db"), recrawl=True)
+    shared = CrawlOptions(**common, frontier="redis://127.0.0.1:1/0", crawl_id="other", lease=12.0)
+    assert all(
+        getattr(stored, f.name) != f.default or getattr(shared, f.name) != f.default
+        for f, _ in declared_options(CrawlOptions)
+    ), "every option set to a value that is not its default"
+    for options in (stored, shared):
+        crawler = trio_crawler.Crawler(["example.com"], **options.keywords())
+        for f, _ in declared_options(CrawlOptions):
+            assert getattr(crawler.config, f.name) == getattr(options, f.name), f.name
 
 
 def test_the_typed_dict_agrees_with_the_declarations() -> None:

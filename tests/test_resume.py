@@ -138,6 +138,9 @@ async def test_interrupted_or_out_of_time_then_resumed(
                 assert "Finish reason: interrupted" in first.stdout, first
                 runs.append(first)
             else:
+                # Slow enough that no machine crawls the site within one --max-time: at
+                # least 3 s at 10 requests at once.
+                site.pause = 0.02
                 for _ in range(30):
                     run = await run_child(
                         command(engine, state, output, "--max-time", "1", root), tmp_path

@@ -116,13 +116,13 @@ class CommandLine:
         flags=("--port",),
         metavar="N",
     )
+    crawl: CrawlOptions = field(default_factory=CrawlOptions)
     status: bool = option(
         False,
         help="with --frontier, print the shared crawl's counts and whether it is finished",
         flags=("--status",),
         section=DURABLE,
     )
-    crawl: CrawlOptions = field(default_factory=CrawlOptions)
     # The command line's own options, declared as CrawlOptions declares the crawl's: rows of
     # one table, alike in shape on purpose.
     engine: str = option(

@@ -342,6 +342,11 @@ class RedisFrontier(MemoryFrontier):
     def seen_count(self) -> int:
         return max(self.shared.seen, len(self.seen))
 
+    def all_seen(self) -> set[str]:
+        """The URLs this process was handed: the shared seen set is the server's (its
+        size is :attr:`seen_count`), too big to copy into every process."""
+        return self.seen
+
     def is_seen(self, url: str) -> bool:
         raise RuntimeError("the server holds the seen set: ask through finish()")
 
@@ -669,6 +674,7 @@ class RedisFrontier(MemoryFrontier):
             await self._learn_origins(unknown)
         for request in pages:
             self._held[request.url] = request
+            self.seen.add(request.url)
             self._enqueue_one(request, first=request.attempt > 1)
 
     async def _learn_origins(self, keys: list[str]) -> None:

@@ -34,7 +34,7 @@ seen; almost all of them are then queued (one page in 80 has been fetched).
   time (``time.process_time``: other tenants of the machine slow the wall clock, not
   this): links taken in by ``attempt_finished``, with the real link extraction
   (selectolax plus URL normalisation) on real HTML, and with it replaced by a stand-in that
-  returns the page's links ready-made (``_state.extract_links`` patched), which isolates
+  returns the page's links ready-made (``_page.extract_links`` patched), which isolates
   the core's own bookkeeping (scope test, seen-set, frontier, record; this is the pass
   that fills the million-URL frontier whose memory is then walked); ``extract_links``
   timed alone on the same pages; and ``next_request`` hand-outs from the full frontier,
@@ -71,7 +71,7 @@ if __package__ in (None, ""):
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.measure import markdown_table
-from trio_crawler import _state
+from trio_crawler import _page, _state
 from trio_crawler._config import CrawlConfig
 from trio_crawler._events import Response
 from trio_crawler._links import extract_links
@@ -189,18 +189,18 @@ class ReadyMadeLinks:
 @contextmanager
 def links_ready_made(shape: UrlShape) -> Iterator[None]:
     """Replace the core's link extractor with :class:`ReadyMadeLinks` for the block."""
-    if not hasattr(_state, "extract_links"):
+    if not hasattr(_page, "extract_links"):
         raise RuntimeError(
-            "trio_crawler._state no longer imports extract_links; update links_ready_made() "
+            "trio_crawler._page no longer imports extract_links; update links_ready_made() "
             "in benchmarks/bench_state.py to patch where the core now extracts links"
         )
-    real = _state.extract_links
+    real = _page.extract_links
     # A callable object where mypy expects the function; same signature, so ignored.
-    _state.extract_links = ReadyMadeLinks(shape)  # type: ignore[assignment]
+    _page.extract_links = ReadyMadeLinks(shape)  # type: ignore[assignment]
     try:
         yield
     finally:
-        _state.extract_links = real
+        _page.extract_links = real
 
 
 # The body of a page whose links come ready-made: the core still checks its charset.

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,8 @@ import coredis
 import pytest
 from redis_server import running_redis
 
-from trio_crawler._cluster_scripts import CREATE, STEP
+from trio_crawler import _cluster_scripts
+from trio_crawler._cluster_scripts import CREATE, STATUS, STEP
 
 SEED = int(os.environ.get("CLUSTER_SCRIPT_SEED", "20261124"))
 STEPS = int(os.environ.get("CLUSTER_SCRIPT_STEPS", "300"))
@@ -168,3 +171,27 @@ async def test_script_invariants_hold_under_random_batches(tmp_path: Path) -> No
                 assert not (was_finished and not finished), f"finished was undone: {context}"
                 done_before = {url for url, st in state["urls"].items() if st == "d"}
             assert done_before, "no URL was ever done: the run tested little"
+
+
+def test_scripts_are_the_packaged_files_each_with_its_header() -> None:
+    """Each script is the installed prelude followed by its own file; every file opens
+    with a comment header naming its keys, arguments, answer and invariants; the prelude's
+    header describes every key it names; and a file that is not there is an error."""
+    lua = files("trio_crawler") / "lua"
+    names = ("prelude", "create", "step", "status")
+    source = {name: (lua / f"{name}.lua").read_text(encoding="utf-8") for name in names}
+    prelude = source["prelude"]
+    for name, script in {"create": CREATE, "step": STEP, "status": STATUS}.items():
+        assert script == prelude + source[name], name
+    for name, text in source.items():
+        lines = text.splitlines()
+        header = "\n".join(line for line in lines[: lines.index("")] if line.startswith("--"))
+        assert header.startswith(f"-- {name}.lua: "), name
+        for label in ("KEYS[1]", "ARGV[1]", "Returns", "Keeps"):
+            assert re.search(rf"^-- {re.escape(label)} ", header, re.MULTILINE), (name, label)
+    layout = prelude[: prelude.index("\nlocal ")]
+    for suffix in re.findall(r"P \.\. '([a-z:]+)'", prelude):
+        described = re.search(rf"^-- +P {re.escape(suffix)}", layout, re.MULTILINE)
+        assert described, f"the key P {suffix} is not in prelude.lua's header"
+    with pytest.raises(FileNotFoundError):
+        _cluster_scripts._source("missing.lua")

@@ -1,0 +1,44 @@
+-- create.lua: create a shared crawl, or join the one already there.
+--
+-- KEYS[1]   P .. 'meta' (for routing only; see prelude.lua)
+-- ARGV[1]   P, the crawl's key prefix
+-- ARGV[2]   the roots (JSON list), or '[]' to join a crawl without giving them
+-- ARGV[3]   the crawl's options (JSON object), stored for the processes that join
+-- ARGV[4]   obey robots.txt: '1' or '0'
+-- ARGV[5]   the delay between two requests to one origin, in seconds
+-- ARGV[6]   the most concurrent requests to one origin, or '' for no limit
+-- ARGV[7]   the most redirects a chain may follow
+-- ARGV[8..] the roots one by one, each followed by its origin: URL, ORIGIN, ...
+-- Returns   {outcome, the stored roots (JSON) or '', counts}, the outcome one of
+--             'created'   there was no crawl: this call made it and queued the roots;
+--             'joined'    the crawl exists, with these roots (or none were given);
+--             'mismatch'  the crawl exists with other roots: nothing changed;
+--             'none'      no crawl, and no roots to start one: nothing changed;
+--             'foreign'   the keys are not a crawl of this layout: nothing changed;
+--           counts as in prelude.lua's counts(), all zero for 'none'.
+-- Keeps     meta is written in the same call that queues the roots, so
+--           pending = queued + leased from the start; each root is queued once
+--           (HSETNX on the seen set); a crawl that exists is never rewritten,
+--           whatever its joiners say.
+
+local exists = redis.call('EXISTS', META) == 1
+if exists then
+  local m = redis.call('HMGET', META, 'v', 'roots')
+  if m[1] ~= '1' then return {'foreign', '', counts()} end
+  if ARGV[2] ~= '[]' and ARGV[2] ~= m[2] then return {'mismatch', m[2], counts()} end
+  return {'joined', m[2], counts()}
+end
+if ARGV[2] == '[]' then return {'none', '', {0, 0, 0, 0, 0, 0}} end
+redis.call('HSET', META, 'v', '1', 'roots', ARGV[2], 'options', ARGV[3], 'obey', ARGV[4],
+  'delay', ARGV[5], 'mph', ARGV[6], 'redirects', ARGV[7],
+  'queued', 0, 'leased', 0, 'done', 0, 'failed', 0, 'fin', '0', 'created', now)
+-- The prelude read the settings before they existed: read them again.
+obey, base_delay, mph = settings()
+for i = 8, #ARGV, 2 do
+  local url, o = ARGV[i], ARGV[i + 1]
+  if redis.call('HSETNX', URLS, url, 'q') == 1 then
+    origin_new(o)
+    push_entries(o, {'1 0 ' .. ARGV[7] .. ' 0 ' .. url}, false)
+  end
+end
+return {'created', ARGV[2], counts()}

@@ -1,0 +1,185 @@
+-- prelude.lua: shared by every script of the shared frontier; the loader
+-- (trio_crawler/_cluster_scripts.py) puts it in front of each script's body, so
+-- it is not a script of its own.
+--
+-- KEYS[1]  P .. 'meta'. No script reads KEYS: it is declared so that a Redis
+--          Cluster routes the call to the node holding the crawl; every key is
+--          made from P below, and all of them share one hash slot.
+-- ARGV[1]  P, the crawl's key prefix, 'trio-crawler:{ID}:' (the braces keep one
+--          crawl's keys in one hash slot). The body reads ARGV[2] and on.
+-- Returns  nothing: it defines, for the body, the clock (now), the key names,
+--          the crawl's settings (obey, base_delay, mph) and the helpers below.
+-- Keeps    the helpers are the only code that changes a count, and each changes
+--          the count together with the state it counts:
+--            * pending = queued + leased (meta), where leased counts URL leases
+--              and robots.txt leases alike;
+--            * a URL in the seen set is in exactly one state, q, l or d, and is
+--              counted in queued (and its origin's qn) only while q, in leased
+--              (and its origin's fl) only while l; d is final;
+--            * every lease has one member in 'leases' and one in 'held';
+--            * an origin is in 'ready' only with queued work and nothing in its
+--              way (robots.txt being fetched, a delay, --max-per-host);
+--            * finish_check marks the crawl finished and publishes 'finished' in
+--              the call that brings pending to zero; finished is final.
+--
+-- Keys, for a crawl with prefix P:
+--
+--   P meta        hash     v (layout version, '1'), roots (JSON), options (JSON),
+--                          obey (1/0), delay, mph (max per host, '' for none),
+--                          redirects, queued, leased, done, failed, fin (1/0),
+--                          created (server time)
+--   P urls        hash     url -> q (queued) | l (leased) | d (done): the seen set
+--   P q:ORIGIN    list     queued entries "ATTEMPT DEPTH REDIRECTS SITEMAP URL";
+--                          entries of URLs no longer queued are skipped when popped
+--   P o:ORIGIN    hash     rb (robots: u nknown, f etching, k nown, x failed),
+--                          rt (rules text: "allow", "deny" or the file),
+--                          rf (failure), dl (delay), nx (when the next request
+--                          may start), fl (leased), us (a URL leased and not
+--                          started yet, with a delay), qn (queued)
+--   P ready       zset     origins with queued work and nothing in their way, by nx
+--   P leases      zset     lease -> deadline; a lease is a URL, or "r ORIGIN" for
+--                          robots.txt
+--   P held        hash     lease -> "OWNER\nORIGIN\nENTRY"
+--   P idle        set      processes that found nothing to lease; told when work
+--                          comes
+--   P events      channel  "work", "finished"
+--
+-- Time is the server's (TIME): leases and per-host delays are compared across
+-- machines whose clocks differ, and the server's clock is the one they share.
+-- A script that reads TIME and then writes needs Redis 5 or later, which
+-- replicates scripts by their effects.
+
+local P = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local META = P .. 'meta'
+local URLS = P .. 'urls'
+local READY = P .. 'ready'
+local LEASES = P .. 'leases'
+local HELD = P .. 'held'
+local IDLE = P .. 'idle'
+local EVENTS = P .. 'events'
+local woke = false
+
+local function okey(o) return P .. 'o:' .. o end
+local function qkey(o) return P .. 'q:' .. o end
+
+-- The crawl's settings, as CREATE stored them: obey robots.txt, the delay
+-- between two requests to one origin, and the most leases one origin may have
+-- out at once (nil: no limit).
+local function settings()
+  local m = redis.call('HMGET', META, 'obey', 'delay', 'mph')
+  return m[1] == '1', tonumber(m[2]) or 0, tonumber(m[3])
+end
+local obey, base_delay, mph = settings()
+
+-- An origin's hash, the first time one of its URLs is queued.
+local function origin_new(o)
+  if redis.call('EXISTS', okey(o)) == 0 then
+    redis.call('HSET', okey(o), 'rb', obey and 'u' or 'k', 'rt', obey and '' or 'allow',
+      'rf', '', 'dl', base_delay, 'nx', 0, 'fl', 0, 'us', '', 'qn', 0)
+  end
+end
+
+-- Put an origin in the ready set if it has queued work and nothing in its way.
+local function make_ready(o)
+  local h = redis.call('HMGET', okey(o), 'rb', 'qn', 'fl', 'us', 'nx')
+  local qn, fl = tonumber(h[2]) or 0, tonumber(h[3]) or 0
+  if qn <= 0 or h[1] == 'f' or (h[4] and h[4] ~= '') or (mph and fl >= mph) then
+    redis.call('ZREM', READY, o)
+    return
+  end
+  redis.call('ZADD', READY, tonumber(h[5]) or 0, o)
+  woke = true
+end
+
+local function count(field, by) redis.call('HINCRBY', META, field, by) end
+
+-- A lease ends (done, given back, or run out): the counts that go with it.
+local function unlease(member, o)
+  redis.call('HDEL', HELD, member)
+  redis.call('ZREM', LEASES, member)
+  count('leased', -1)
+  redis.call('HINCRBY', okey(o), 'fl', -1)
+end
+
+-- Who holds a lease, for which origin, and the entry it was leased with.
+local function held_by(member)
+  local h = redis.call('HGET', HELD, member)
+  if not h then return nil end
+  local owner, o, entry = string.match(h, '^([^\n]*)\n([^\n]*)\n(.*)$')
+  return owner, o, entry
+end
+
+-- A leased URL goes back to the head of its origin's queue (the caller has
+-- ended its lease).
+local function requeue(url, o, entry)
+  redis.call('HSET', URLS, url, 'q')
+  redis.call('LPUSH', qkey(o), entry)
+  redis.call('HINCRBY', okey(o), 'qn', 1)
+  count('queued', 1)
+end
+
+local function clear_unstarted(o, url)
+  if redis.call('HGET', okey(o), 'us') == url then
+    redis.call('HSET', okey(o), 'us', '')
+  end
+end
+
+-- Leases whose holder stopped renewing them come back to the queue (or, for robots.txt,
+-- leave the origin to be asked again).
+local function reclaim()
+  local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 1000)
+  for _, member in ipairs(expired) do
+    local owner, o, entry = held_by(member)
+    if not owner then
+      redis.call('ZREM', LEASES, member)
+    else
+      unlease(member, o)
+      if string.sub(member, 1, 2) == 'r ' then
+        redis.call('HSET', okey(o), 'rb', 'u')
+      elseif redis.call('HGET', URLS, member) == 'l' then
+        clear_unstarted(o, member)
+        requeue(member, o, entry)
+      end
+      make_ready(o)
+    end
+  end
+end
+
+-- At the end of a script that changed the crawl: finished when nothing is
+-- pending, and the idle processes told when an origin became ready.
+local function finish_check()
+  local m = redis.call('HMGET', META, 'queued', 'leased', 'fin')
+  if m[3] == '0' and tonumber(m[1]) == 0 and tonumber(m[2]) == 0 then
+    redis.call('HSET', META, 'fin', '1')
+    redis.call('PUBLISH', EVENTS, 'finished')
+  end
+  if woke and redis.call('SCARD', IDLE) > 0 then
+    redis.call('DEL', IDLE)
+    redis.call('PUBLISH', EVENTS, 'work')
+  end
+end
+
+-- Queue new entries on an origin: at the head in their order (first), or at the
+-- tail, 500 to a command (unpack's limit on arguments is well above that).
+local function push_entries(o, entries, first)
+  if first then
+    for i = #entries, 1, -1 do redis.call('LPUSH', qkey(o), entries[i]) end
+  else
+    for i = 1, #entries, 500 do
+      redis.call('RPUSH', qkey(o), unpack(entries, i, math.min(i + 499, #entries)))
+    end
+  end
+  redis.call('HINCRBY', okey(o), 'qn', #entries)
+  count('queued', #entries)
+  make_ready(o)
+end
+
+-- The counts every script answers with:
+-- {queued, leased, done, failed, finished (1/0), seen}.
+local function counts()
+  local m = redis.call('HMGET', META, 'queued', 'leased', 'done', 'failed', 'fin')
+  return {tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), tonumber(m[4]),
+    m[5] == '1' and 1 or 0, redis.call('HLEN', URLS)}
+end

@@ -1,0 +1,233 @@
+-- step.lua: one batch of a process's changes to a shared crawl, then (if the
+-- batch asks) a lease of more work. A process sends everything it has to say
+-- in one call: one round trip, and one atomic change.
+--
+-- KEYS[1]  P .. 'meta' (for routing only; see prelude.lua)
+-- ARGV[1]  P, the crawl's key prefix
+-- ARGV[2]  the caller (owner): the name its leases are held under
+-- ARGV[3]  lease seconds: a lease taken or renewed here runs out that long from now
+-- ARGV[4]  the operations (JSON list), applied in order; each is an object whose
+--          "k" is its kind, and whose result is:
+--   add     o (origin), u (URLs), d, r, s (depth, redirects, sitemap),
+--           f (first: to the head of the queue), q (queue them)
+--           -> how many were new (with q false: how many are unseen; nothing is
+--              written)
+--   done    u, o, rec (1: it has a record), x (1: a failure)
+--           -> 1 if it was queued or leased (now done), 0 if done already or unseen
+--   drop    u, o: leaves without a record (robots.txt forbids it, or it was
+--           unreadable) -> as done
+--   back    u, e (the entry, with its attempt), w (seconds its origin waits):
+--           given back -> 1 if the caller held it
+--   robots  o, st (k|x), rt (rules text), rf (failure), dl (new delay, or absent)
+--           -> 1 if the caller held the origin's robots.txt lease
+--   rback   o: a robots.txt lease given back unfetched -> 1 if the caller held it
+--   started u: the request went out: its origin's delay runs from now
+--           -> 1 if the caller held it
+--   renew   u (leases): their deadlines move to now + lease seconds
+--           -> how many the caller held
+--   lease   n: up to n more requests -> 0 (what was leased is in "l")
+--   (any other kind) -> 0, and nothing is done
+-- Returns  JSON: {"r": the results, in the operations' order,
+--                 "l": what was leased, ["p", entry] | ["r", origin],
+--                 "c": the counts, as in prelude.lua's counts(),
+--                 "w": seconds until something may be leased (-1: nothing waits;
+--                      computed only when nothing was leased)};
+--          {"gone": 1} when the prefix holds no crawl of this layout.
+-- Keeps    pending = queued + leased, changed only where a URL changes state:
+--          a URL moves q -> l (lease), l -> q (back, or its lease ran out),
+--          l or q -> d (done, drop), and never out of d;
+--          only the holder of a lease renews it, gives it back or settles its
+--          robots.txt; done and drop are taken from anyone, so that a process
+--          whose lease ran out still finishes the URL it fetched (the process
+--          that leased it again then fetches a duplicate, never a lost page);
+--          after the crawl is finished nothing is queued or leased, so finished
+--          stays final; the call that brings pending to zero marks the crawl
+--          finished and publishes 'finished' (finish_check, below).
+
+local owner = ARGV[2]
+local lease_for = tonumber(ARGV[3])
+local ops = cjson.decode(ARGV[4])
+if redis.call('HGET', META, 'v') ~= '1' then return cjson.encode({gone = 1}) end
+local fin = redis.call('HGET', META, 'fin') == '1'
+local results = {}
+local leased = {}
+
+-- The origin and entry of a lease, if the caller holds it.
+local function mine(member)
+  local who, o, entry = held_by(member)
+  if who == owner then return o, entry end
+  return nil
+end
+
+-- Lease up to n requests from the ready origins, after reclaiming the leases
+-- that ran out: an origin whose robots.txt is unknown gives its robots.txt
+-- first; one with a delay gives one URL, and waits until it is started.
+local function lease(n)
+  reclaim()
+  local origins = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, n + 16)
+  for _, o in ipairs(origins) do
+    if #leased >= n then break end
+    local k = okey(o)
+    local h = redis.call('HMGET', k, 'rb', 'qn', 'fl', 'us', 'dl')
+    local rb, qn, fl, us, dl = h[1], tonumber(h[2]), tonumber(h[3]), h[4], tonumber(h[5]) or 0
+    if rb == 'u' then
+      local member = 'r ' .. o
+      redis.call('HSET', k, 'rb', 'f', 'nx', now + dl)
+      redis.call('HINCRBY', k, 'fl', 1)
+      count('leased', 1)
+      redis.call('ZADD', LEASES, now + lease_for, member)
+      redis.call('HSET', HELD, member, owner .. '\n' .. o .. '\n')
+      leased[#leased + 1] = {'r', o}
+    elseif rb == 'k' or rb == 'x' then
+      local nx = nil
+      while #leased < n and qn > 0 and us == '' and (not mph or fl < mph) do
+        local e = redis.call('LPOP', qkey(o))
+        if not e then
+          -- The queue ran dry while qn says more: the count had drifted.
+          count('queued', -qn)
+          qn = 0
+          break
+        end
+        -- An entry whose URL is no longer queued (done meanwhile), or that is
+        -- no entry at all, is dropped here.
+        local url = string.match(e, '^%d+ %d+ %d+ %d+ (.+)$')
+        if url and redis.call('HGET', URLS, url) == 'q' then
+          redis.call('HSET', URLS, url, 'l')
+          qn = qn - 1
+          fl = fl + 1
+          count('queued', -1)
+          count('leased', 1)
+          redis.call('ZADD', LEASES, now + lease_for, url)
+          redis.call('HSET', HELD, url, owner .. '\n' .. o .. '\n' .. e)
+          leased[#leased + 1] = {'p', e}
+          if dl > 0 then
+            us = url
+            nx = now + dl
+          end
+        end
+      end
+      redis.call('HSET', k, 'qn', qn, 'fl', fl, 'us', us)
+      if nx then redis.call('HSET', k, 'nx', nx) end
+    end
+    make_ready(o)
+  end
+  if #leased == 0 then
+    redis.call('SADD', IDLE, owner)
+  else
+    redis.call('SREM', IDLE, owner)
+  end
+end
+
+for i, op in ipairs(ops) do
+  local k = op.k
+  local result = 0
+  if k == 'add' then
+    if op.q then
+      local entries = {}
+      if not fin then
+        local prefix = '1 ' .. op.d .. ' ' .. op.r .. ' ' .. op.s .. ' '
+        for _, url in ipairs(op.u) do
+          if redis.call('HSETNX', URLS, url, 'q') == 1 then
+            entries[#entries + 1] = prefix .. url
+          end
+        end
+      end
+      if #entries > 0 then
+        origin_new(op.o)
+        push_entries(op.o, entries, op.f)
+      end
+      result = #entries
+    else
+      for _, url in ipairs(op.u) do
+        if redis.call('HEXISTS', URLS, url) == 0 then result = result + 1 end
+      end
+    end
+  elseif k == 'done' or k == 'drop' then
+    local st = redis.call('HGET', URLS, op.u)
+    if st == 'l' then
+      local _, o = held_by(op.u)
+      o = o or op.o
+      clear_unstarted(o, op.u)
+      unlease(op.u, o)
+      make_ready(o)
+    elseif st == 'q' then
+      -- Queued again after its lease ran out: its entry is skipped when it comes up.
+      redis.call('HINCRBY', okey(op.o), 'qn', -1)
+      count('queued', -1)
+      make_ready(op.o)
+    end
+    if st == 'l' or st == 'q' then
+      redis.call('HSET', URLS, op.u, 'd')
+      if k == 'done' and op.rec == 1 then
+        count('done', 1)
+        if op.x == 1 then count('failed', 1) end
+      end
+      result = 1
+    end
+  elseif k == 'back' then
+    local o = mine(op.u)
+    if o and redis.call('HGET', URLS, op.u) == 'l' then
+      clear_unstarted(o, op.u)
+      unlease(op.u, o)
+      requeue(op.u, o, op.e)
+      if op.w and op.w > 0 then
+        local nx = tonumber(redis.call('HGET', okey(o), 'nx')) or 0
+        redis.call('HSET', okey(o), 'nx', math.max(nx, now + op.w))
+      end
+      make_ready(o)
+      result = 1
+    end
+  elseif k == 'robots' or k == 'rback' then
+    local member = 'r ' .. op.o
+    if mine(member) then
+      unlease(member, op.o)
+      local ok = okey(op.o)
+      if k == 'rback' then
+        redis.call('HSET', ok, 'rb', 'u')
+      else
+        redis.call('HSET', ok, 'rb', op.st, 'rt', op.rt or '', 'rf', op.rf or '')
+        if op.dl then
+          local nx = tonumber(redis.call('HGET', ok, 'nx')) or 0
+          redis.call('HSET', ok, 'dl', op.dl, 'nx', math.max(nx, now + op.dl))
+        end
+      end
+      make_ready(op.o)
+      result = 1
+    end
+  elseif k == 'started' then
+    local o = mine(op.u)
+    if o then
+      clear_unstarted(o, op.u)
+      local h = redis.call('HMGET', okey(o), 'nx', 'dl')
+      local nx, dl = tonumber(h[1]) or 0, tonumber(h[2]) or 0
+      redis.call('HSET', okey(o), 'nx', math.max(nx, now + dl))
+      make_ready(o)
+      result = 1
+    end
+  elseif k == 'renew' then
+    for _, member in ipairs(op.u) do
+      if mine(member) then
+        redis.call('ZADD', LEASES, 'XX', now + lease_for, member)
+        result = result + 1
+      end
+    end
+  elseif k == 'lease' then
+    if not fin then lease(op.n) end
+  end
+  results[i] = result
+end
+
+finish_check()
+-- Nothing leased: how long until an origin's delay ends or a lease runs out,
+-- whichever is first, so that the caller knows when to ask again.
+local wait = -1
+if #leased == 0 then
+  local first = redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
+  if first[2] then wait = math.max(0, tonumber(first[2]) - now) end
+  local soon = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
+  if soon[2] then
+    local expiry = math.max(0, tonumber(soon[2]) - now)
+    if wait < 0 or expiry < wait then wait = expiry end
+  end
+end
+return cjson.encode({r = results, l = leased, c = counts(), w = wait})

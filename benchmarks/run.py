@@ -1,6 +1,6 @@
 """Every benchmark, one command: the tables printed, and saved under benchmarks/results/.
 
-Five parts, run in the order ``--only`` names them (all five by default):
+Six parts, run in the order ``--only`` names them (all six by default):
 
 * ``synthetic``: our four engines, Scrapy and wget crawl the synthetic site, and
   ``floor.py`` measures what the libraries alone cost (``bench_engines.py``).
@@ -13,6 +13,10 @@ Five parts, run in the order ``--only`` names them (all five by default):
 * ``durable``: what ``--state`` costs: the synthetic site crawled with and without it,
   a recrawl of it, and a 1 000 000-URL frontier in the state file (``bench_durable.py``,
   likewise in a fresh process).
+* ``cluster``: the shared frontier on Redis: one process with ``--frontier`` against the
+  same crawl in memory on the synthetic site, and the slow server crawled by 1, 2 and 4
+  processes sharing one crawl, with Redis's round trips and CPU per page
+  (``bench_cluster.py``; it starts its own ``redis-server``).
 
 The markdown goes to stdout at the end and, section by section as each part finishes, to
 ``benchmarks/results/<name>.md`` (``--out NAME``; by default a name with the date and
@@ -23,7 +27,7 @@ check failed (a tool that did not find every page, a crawl that failed), after w
 Set up once with ``bash benchmarks/setup.sh``, then, from the repository root::
 
     .venv/bin/python benchmarks/run.py [--pages 10000] [--rounds 3]
-        [--only synthetic,docs,slow,state,durable] [--out results.md]
+        [--only synthetic,docs,slow,state,durable,cluster] [--out results.md]
 
 Defaults took 33 minutes on the 2-CPU machine (see README.md for a smoke run).
 """
@@ -44,12 +48,12 @@ if __package__ in (None, ""):
     # Run as a script: make the `benchmarks` folder importable as a package.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_engines, bench_slow
+from benchmarks import bench_cluster, bench_engines, bench_slow
 from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_environment
 from benchmarks.measure import run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
-PARTS = ("synthetic", "docs", "slow", "state", "durable")
+PARTS = ("synthetic", "docs", "slow", "state", "durable", "cluster")
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_STATE = Path(__file__).resolve().parent / "bench_state.py"
 BENCH_DURABLE = Path(__file__).resolve().parent / "bench_durable.py"
@@ -119,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     slow.add_argument("--slow-delay", type=float, default=1.0)
     slow.add_argument("--slow-fanout", type=int, default=bench_slow.DEFAULT_FANOUT)
     slow.add_argument("--slow-rounds", type=int, help="default: --rounds")
+    cluster = parser.add_argument_group("cluster (also --pages, --rounds, --max-tasks, --slow-*)")
+    cluster.add_argument(
+        "--cluster-processes",
+        type=_numbers,
+        default=[1, 2, 4],
+        metavar="N,N,...",
+        help="processes sharing one crawl of the slow server",
+    )
     state = parser.add_argument_group("state")
     state.add_argument("--state-urls", type=int, default=1_000_000)
     return parser
@@ -157,6 +169,15 @@ def run_part(
         argv += ["--our-python", our_python[0]] if our_python else []
         argv += ["--floor-max-tasks"] if args.no_floor else []
         return bench_slow.run(bench_slow.build_parser().parse_args(argv))
+    if part == "cluster":
+        argv = ["--pages", str(args.pages), "--rounds", str(args.rounds)]
+        argv += ["--max-tasks", str(args.max_tasks), "--slow-pages", str(args.slow_pages)]
+        argv += ["--slow-delay", str(args.slow_delay), "--slow-fanout", str(args.slow_fanout)]
+        argv += ["--slow-rounds", str(args.slow_rounds or args.rounds)]
+        argv += ["--processes", *map(str, args.cluster_processes)]
+        argv += ["--snapshot", str(package_path), "--json-out", str(json_out)]
+        argv += ["--our-python", our_python[0]] if our_python else []
+        return bench_cluster.run(bench_cluster.build_parser().parse_args(argv))
     if part == "durable":
         argv = ["--pages", str(args.pages), "--rounds", str(args.rounds)]
         return run_state(

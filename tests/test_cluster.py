@@ -448,11 +448,13 @@ async def test_a_password_is_never_shown(tmp_path: Path) -> None:
     assert "***" in wrong.stderr, wrong
 
 
+@pytest.mark.parametrize("named", ["127.0.0.1", "other.example"])
 @pytest.mark.trio
-async def test_tls_to_the_server(tmp_path: Path) -> None:
-    """rediss:// with the server's CA: the crawl runs over TLS."""
+async def test_tls_to_the_server(tmp_path: Path, named: str) -> None:
+    """rediss:// with the server's CA: the crawl runs over TLS, and only to a server whose
+    certificate names the host connected to (one for another name is refused, one line)."""
     ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
+    cert = ca.issue_cert(named)
     ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
     ca.cert_pem.write_to_path(str(ca_file))
     cert.cert_chain_pems[0].write_to_path(str(cert_file))
@@ -467,6 +469,11 @@ async def test_tls_to_the_server(tmp_path: Path) -> None:
             http.fallback(site.handle)
             frontier = server.url(query=f"?ssl_ca_certs={ca_file}")
             output = tmp_path / "out.jsonl"
+            if named != "127.0.0.1":
+                line = await one_line_error(command("trio", frontier, None, "--status"), tmp_path)
+                assert "cannot reach" in line, line
+                assert "certificate" in line.lower(), line
+                return
             run = await run_child(
                 command("trio", frontier, output, "--ignore-robots", http.url("/p/0.html")),
                 tmp_path,

@@ -45,7 +45,7 @@ from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
@@ -86,6 +86,26 @@ class ClusterError(ConfigError):
         super().__init__("frontier", problem)
 
 
+# What ``rediss://`` verifies unless the URL's query says otherwise: the server's
+# certificate, and that it names the host connected to. coredis on its own requires
+# neither (CERT_OPTIONAL, no hostname check), which any certificate from any trusted
+# authority would pass.
+TLS_DEFAULTS = {"ssl_cert_reqs": "required", "ssl_check_hostname": "true"}
+
+
+def _with_tls_defaults(url: str) -> str:
+    """``url`` with :data:`TLS_DEFAULTS` added to its query where it sets none of its own."""
+    parts = urlsplit(url)
+    if parts.scheme != "rediss":
+        return url
+    given = {name for name, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    added = [(name, value) for name, value in TLS_DEFAULTS.items() if name not in given]
+    if not added:
+        return url
+    query = "&".join(part for part in (parts.query, urlencode(added)) if part)
+    return urlunsplit(parts._replace(query=query))
+
+
 def _client(url: str) -> Any:
     import coredis
 
@@ -94,7 +114,7 @@ def _client(url: str) -> Any:
     if password and urlsplit(url).password is None:
         kwargs["password"] = password
     return coredis.Redis.from_url(
-        url,
+        _with_tls_defaults(url),
         decode_responses=True,
         stream_timeout=ANSWER_TIMEOUT,
         connect_timeout=CONNECT_TIMEOUT,
@@ -219,8 +239,23 @@ async def shared_roots(url: str, crawl_id: str) -> tuple[str, ...]:
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0]
+    """One line for what went wrong: the exception's message, and the deepest message among
+    its causes when that says more (coredis's "Unable to establish a connection" hides a
+    refused certificate two causes down)."""
+    text = (str(exc) or type(exc).__name__).splitlines()[0]
+    deepest = ""
+    cause: BaseException | None = exc
+    for _ in range(8):
+        if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+            cause = cause.exceptions[0]
+        else:
+            cause = cause.__cause__ or cause.__context__ if cause is not None else None
+        if cause is None:
+            break
+        message = str(cause).strip()
+        if message and not isinstance(cause, BaseExceptionGroup):
+            deepest = message.splitlines()[0]
+    return f"{text} ({deepest})" if deepest and deepest not in text else text
 
 
 def _entry(request: FetchRequest) -> str:
@@ -591,6 +626,11 @@ class RedisFrontier(MemoryFrontier):
         """Apply the server's answer to ``ops`` (None when there was nothing to send)."""
         results: list[Any] = []
         if answer is not None:
+            if "bad" in answer:  # the script checked our changes and wrote none of them
+                raise RuntimeError(
+                    f"the shared frontier refused change {answer['bad']} of "
+                    f"{json.dumps(ops)[:300]}: a bug in trio_crawler"
+                )
             if answer.get("gone"):
                 self.lost = f"the crawl {self.crawl_id!r} is gone from {self.where}"
                 raise StateLost(self.lost)

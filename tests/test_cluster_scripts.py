@@ -195,3 +195,47 @@ def test_scripts_are_the_packaged_files_each_with_its_header() -> None:
         assert described, f"the key P {suffix} is not in prelude.lua's header"
     with pytest.raises(FileNotFoundError):
         _cluster_scripts._source("missing.lua")
+
+
+@pytest.mark.trio
+async def test_a_malformed_batch_writes_nothing_and_a_damaged_entry_is_counted_out(
+    tmp_path: Path,
+) -> None:
+    """Redis undoes nothing, so a batch is checked whole before its first write: one bad
+    operation, even after good ones, leaves the crawl exactly as it was. And an entry that
+    is no entry (pushed by another program, with its counts) is counted out as it is
+    dropped, so that queued still matches the URLs queued."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create, step = client.register_script(CREATE), client.register_script(STEP)
+            root, key = POOL[0], ORIGINS[0]
+            args = [P, json.dumps([root]), "{}", "0", "0", "", "10", root, key]
+            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+
+            async def call(ops: list[dict[str, Any]]) -> dict[str, Any]:
+                raw = await step(keys=[P + "meta"], args=[P, "o1", "60", json.dumps(ops)])
+                answer: dict[str, Any] = json.loads(raw)
+                return answer
+
+            good = {"k": "add", "o": key, "u": [POOL[1]], "d": 1, "r": 10, "s": 0,
+                    "f": False, "q": True}  # fmt: skip
+            for bad in (
+                {"k": "robots", "o": key},  # no state: it would end a lease, then fail
+                {"k": "add", "o": key, "u": [POOL[2]], "q": True},  # no depth
+                {"k": "add", "u": [POOL[2]], "d": 1, "r": 10, "s": 0, "f": False, "q": True},
+                {"k": "back", "u": root, "e": "not an entry"},
+                {"k": "done", "u": 7, "o": key, "rec": 1},
+                {"k": "lease", "n": -1},
+                {"k": "no such kind"},
+            ):
+                before = await snapshot(client)
+                assert await call([good, bad, {"k": "lease", "n": 5}]) == {"bad": 2}, bad
+                assert await snapshot(client) == before, f"{bad} changed the crawl"
+
+            await client.lpush(P + "q:" + key, ["no entry at all"])
+            await client.hincrby(P + "o:" + key, "qn", 1)
+            await client.hincrby(P + "meta", "queued", 1)
+            answer = await call([good, {"k": "lease", "n": 10}])
+            assert [item[1].split(" ", 4)[4] for item in answer["l"]] == [root, POOL[1]]
+            state = await snapshot(client)
+            check(state, {root, POOL[1]}, set(), "after a damaged entry")

@@ -12,7 +12,7 @@
 --           f (first: to the head of the queue), q (queue them)
 --           -> how many were new (with q false: how many are unseen; nothing is
 --              written)
---   done    u, o, rec (1: it has a record), x (1: a failure)
+--   done    u, o, rec (1: it has a record), x (1: a failure; absent: 0)
 --           -> 1 if it was queued or leased (now done), 0 if done already or unseen
 --   drop    u, o: leaves without a record (robots.txt forbids it, or it was
 --           unreadable) -> as done
@@ -26,13 +26,15 @@
 --   renew   u (leases): their deadlines move to now + lease seconds
 --           -> how many the caller held
 --   lease   n: up to n more requests -> 0 (what was leased is in "l")
---   (any other kind) -> 0, and nothing is done
 -- Returns  JSON: {"r": the results, in the operations' order,
 --                 "l": what was leased, ["p", entry] | ["r", origin],
 --                 "c": the counts, as in prelude.lua's counts(),
 --                 "w": seconds until something may be leased (-1: nothing waits;
 --                      computed only when nothing was leased)};
---          {"gone": 1} when the prefix holds no crawl of this layout.
+--          {"gone": 1} when the prefix holds no crawl of this layout;
+--          {"bad": i} when operation i (from 1; 0: the list itself) is not one
+--          of the above, fields and their types included: then nothing at all
+--          is written, since every operation is checked before the first write.
 -- Keeps    pending = queued + leased, changed only where a URL changes state:
 --          a URL moves q -> l (lease), l -> q (back, or its lease ran out),
 --          l or q -> d (done, drop), and never out of d;
@@ -47,6 +49,46 @@
 local owner = ARGV[2]
 local lease_for = tonumber(ARGV[3])
 local ops = cjson.decode(ARGV[4])
+
+-- Every operation is checked before the first write. Redis undoes nothing: a
+-- Lua error half-way through would leave the batch half applied (a lease ended
+-- and the origin left fetching its robots.txt for ever, say), and the counts
+-- that say when the crawl ends out of step with the states they count.
+local function text(v) return type(v) == 'string' end
+local function number(v) return type(v) == 'number' and v == v and v >= 0 end
+local function flag(v) return type(v) == 'boolean' end
+local function texts(v)
+  if type(v) ~= 'table' then return false end
+  for _, x in ipairs(v) do
+    if type(x) ~= 'string' then return false end
+  end
+  return true
+end
+local function entry(v) return text(v) and string.match(v, '^%d+ %d+ %d+ %d+ .+$') ~= nil end
+local function maybe(check, v) return v == nil or check(v) end
+local SHAPES = {
+  add = function(op)
+    return text(op.o) and texts(op.u) and flag(op.q)
+      and (not op.q or (number(op.d) and number(op.r) and number(op.s) and flag(op.f)))
+  end,
+  done = function(op) return text(op.u) and text(op.o) and number(op.rec) and maybe(number, op.x) end,
+  drop = function(op) return text(op.u) and text(op.o) end,
+  back = function(op) return text(op.u) and entry(op.e) and maybe(number, op.w) end,
+  robots = function(op)
+    return text(op.o) and (op.st == 'k' or op.st == 'x') and maybe(text, op.rt)
+      and maybe(text, op.rf) and maybe(number, op.dl)
+  end,
+  rback = function(op) return text(op.o) end,
+  started = function(op) return text(op.u) end,
+  renew = function(op) return texts(op.u) end,
+  lease = function(op) return number(op.n) end,
+}
+if type(ops) ~= 'table' then return cjson.encode({bad = 0}) end
+for i, op in ipairs(ops) do
+  local shape = type(op) == 'table' and SHAPES[op.k]
+  if not (shape and shape(op)) then return cjson.encode({bad = i}) end
+end
+
 if redis.call('HGET', META, 'v') ~= '1' then return cjson.encode({gone = 1}) end
 local fin = redis.call('HGET', META, 'fin') == '1'
 local results = {}
@@ -88,10 +130,15 @@ local function lease(n)
           qn = 0
           break
         end
-        -- An entry whose URL is no longer queued (done meanwhile), or that is
-        -- no entry at all, is dropped here.
+        -- An entry whose URL is no longer queued (done meanwhile) was counted
+        -- out when it was done, and is dropped here. One that is no entry at
+        -- all (written by another program) was counted in when it was pushed,
+        -- as every entry is, so it is counted out as it is dropped.
         local url = string.match(e, '^%d+ %d+ %d+ %d+ (.+)$')
-        if url and redis.call('HGET', URLS, url) == 'q' then
+        if not url then
+          qn = qn - 1
+          count('queued', -1)
+        elseif redis.call('HGET', URLS, url) == 'q' then
           redis.call('HSET', URLS, url, 'l')
           qn = qn - 1
           fl = fl + 1

@@ -1,17 +1,19 @@
 """What httpx's ``AsyncClient`` costs above the transport, per request.
 
-The crawler's clients send through its own transport (``trio_crawler/_transport.py``);
-above it, ``AsyncClient.stream()`` builds an ``httpx.Request`` (URL parsing, merging the
-client's headers, cookies, auth, the event hooks) and wraps the response. This measures
-that layer by fetching the same pages from nginx three ways, in one process on Trio, one
+The crawler's own clients are ``TransportClient``s: each request goes straight to the
+crawler's transport (``trio_crawler/_transport.py``) as an ``httpx.Request``. Above a
+transport, ``AsyncClient.send`` adds a cookie jar read and written on every response, auth
+and redirect flows, event hooks and headers merged anew; this measures what that layer
+costs by fetching the same pages from nginx three ways, in one process on Trio, one
 connection, one request at a time, in alternating blocks so that the machine's drift falls
 on all three alike:
 
-* ``client``: ``trio_crawler._fetch.fetch()`` through a client of the crawler's (what a
-  worker does: the client, our transport, the bounded decoder, the outcome);
-* ``client.stream``: the bare ``async with client.stream("GET", url)`` and ``aiter_raw``;
+* ``fetch(), TransportClient``: ``trio_crawler._fetch.fetch()`` as a worker calls it
+  (the request built and sent to the transport, the bounded decoder, the outcome);
+* ``fetch(), AsyncClient``: the same ``fetch()`` through an ``httpx.AsyncClient`` over
+  the same transport, as the crawler's clients were before;
 * ``transport``: the transport's ``handle_async_request`` with a request built once
-  per URL beforehand, and the body read raw: the cost below the client.
+  per URL beforehand, and the body read raw: the cost below both.
 
 CPU per request is this process's ``time.process_time``; the difference between the rows
 is the price of each layer.
@@ -41,22 +43,29 @@ async def measure(urls: list[str], rounds: int) -> dict[str, list[float]]:
     from trio_crawler._transport import lean_transport_class
 
     library = choose_http_library()
-    results: dict[str, list[float]] = {"client": [], "client.stream": [], "transport": []}
-    async with open_client(library=library, max_connections=1, transport="lean") as client:
-        transport = lean_transport_class(library)(_default_ssl_context())
-        requests = [library.Request("GET", url, headers=client.headers) for url in urls]
+    results: dict[str, list[float]] = {
+        "fetch(), TransportClient": [],
+        "fetch(), AsyncClient": [],
+        "transport": [],
+    }
+    transport_class = lean_transport_class(library)
+    async with (
+        open_client(library=library, max_connections=1, transport="lean") as own,
+        library.AsyncClient(
+            transport=transport_class(_default_ssl_context()),
+            follow_redirects=False,
+            headers=own.headers,
+        ) as stock,
+    ):
+        transport = transport_class(_default_ssl_context())
+        requests = [library.Request("GET", url, headers=own.headers) for url in urls]
         for _ in range(rounds):
-            started = time.process_time()
-            for url in urls:
-                await fetch(client, url)
-            results["client"].append((time.process_time() - started) / len(urls))
-
-            started = time.process_time()
-            for url in urls:
-                async with client.stream("GET", url) as response:
-                    async for _ in response.aiter_raw():
-                        pass
-            results["client.stream"].append((time.process_time() - started) / len(urls))
+            clients = (("fetch(), TransportClient", own), ("fetch(), AsyncClient", stock))
+            for name, client in clients:
+                started = time.process_time()
+                for url in urls:
+                    await fetch(client, url)
+                results[name].append((time.process_time() - started) / len(urls))
 
             started = time.process_time()
             for request in requests:
@@ -83,14 +92,14 @@ def main() -> None:
             results = trio.run(measure, urls, args.rounds)
     median = {name: statistics.median(values) * 1e6 for name, values in results.items()}
     rows = [[name, f"{value:.0f}"] for name, value in median.items()]
+    own, stock = median["fetch(), TransportClient"], median["fetch(), AsyncClient"]
     print(
         f"### Per request, {args.pages} pages x {args.rounds} rounds, one connection\n\n"
         + markdown_table(["path", "CPU µs/request (median of rounds)"], rows)
-        + f"\n\nAbove the transport: client.stream costs "
-        f"{median['client.stream'] - median['transport']:.0f} µs/request "
-        f"({(median['client.stream'] - median['transport']) / median['client'] * 100:.0f}% "
-        "of a worker's fetch); fetch() adds "
-        f"{median['client'] - median['client.stream']:.0f} µs (the decoder, the outcome)."
+        + f"\n\nAsyncClient costs {stock - own:.0f} µs/request above a TransportClient "
+        f"({(stock - own) / stock * 100:.0f}% of a fetch through it); above the transport, "
+        f"a TransportClient's fetch() adds {own - median['transport']:.0f} µs (the request, "
+        "the decoder, the outcome)."
     )
     sys.stdout.flush()
 

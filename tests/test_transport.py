@@ -14,22 +14,29 @@ other and more rounds.
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 from pathlib import Path
 
 import anyio
 import anyio.abc
-import httpx
 import pytest
 
 from trio_crawler._config import ConfigError
 from trio_crawler._events import FetchError, Response
-from trio_crawler._fetch import choose_http_library, fetch, open_client
+from trio_crawler._fetch import (
+    DEFAULT_USER_AGENT,
+    Client,
+    TransportClient,
+    choose_http_library,
+    fetch,
+    open_client,
+)
 from trio_crawler._transport import choose_transport
 
 from hostile_server import RawRequest, open_hostile_server, page, send_and_close
-from httpserver import Reply, open_test_server
+from httpserver import Reply, Request, open_test_server
 from support import HANG_LIMIT
 
 pytestmark = pytest.mark.anyio
@@ -43,7 +50,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def lean_client() -> httpx.AsyncClient:
+def lean_client() -> Client:
     return open_client(library=choose_http_library(), max_connections=1, transport="lean")
 
 
@@ -87,6 +94,40 @@ async def test_an_unread_body_closes_its_connection() -> None:
             again = await fetch(client, server.url("/"))
     assert isinstance(again, Response)
     assert server.connections == 2  # the cut-off body's connection was not reused
+
+
+@pytest.mark.parametrize("transport", ["lean", "httpx"])
+async def test_both_transports_send_the_same_request_and_no_cookie(transport: str) -> None:
+    """Whichever transport carries them, the crawler's clients send the same header lines
+    (credentials in a URL as Basic auth, as httpx sends them), and never a cookie: what a
+    server sees must not depend on which worker's client fetched a URL before."""
+    seen: list[dict[str, str]] = []
+
+    async def record(request: Request) -> Reply:
+        seen.append(dict(request.headers))
+        return Reply(headers=[("set-cookie", "session=1; Path=/")], body=b"ok")
+
+    async with open_test_server() as server:
+        server.fallback(record)
+        library = choose_http_library()
+        async with open_client(library=library, max_connections=1, transport=transport) as client:
+            assert isinstance(client, TransportClient) == (transport == "lean")
+            with anyio.fail_after(HANG_LIMIT):
+                for path in ("/a", "/b"):
+                    assert isinstance(await fetch(client, server.url(path)), Response)
+                credentials = server.url("/c").replace("://", "://us%20er:p%40ss@")
+                assert isinstance(await fetch(client, credentials), Response)
+    host = server.url("/").split("/")[2]
+    expected = {
+        "host": host,
+        "user-agent": DEFAULT_USER_AGENT,
+        "accept": "*/*",
+        "accept-encoding": "gzip, deflate",
+    }
+    assert {name: seen[0][name] for name in expected} == expected
+    assert set(seen[0]) <= {*expected, "connection"}, seen[0]
+    assert "cookie" not in seen[1], "a cookie the server set was sent back"
+    assert seen[2]["authorization"] == "Basic " + base64.b64encode(b"us er:p@ss").decode()
 
 
 def test_an_unknown_transport_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from ._config import CrawlKeywords
     from ._events import Exchange, FetchRequest, Outcome
+    from ._fetch import Client
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -230,7 +231,7 @@ class CrawlerBase(abc.ABC):
         """:meth:`stop` during ``crawl()``: cancel the crawl now, or in ``grace`` seconds."""
 
     @abc.abstractmethod
-    async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
+    async def _attempt(self, client: Client, request: FetchRequest) -> Outcome:
         """One attempt bounded by the engine's cancel scope; raises only cancellation."""
 
     @abc.abstractmethod
@@ -279,7 +280,7 @@ class CrawlerBase(abc.ABC):
             self.finish_reason = "frontier-lost"
         self.stop()
 
-    async def _crawl_url(self, client: httpx.AsyncClient, request: FetchRequest) -> None:
+    async def _crawl_url(self, client: Client, request: FetchRequest) -> None:
         """Attempt one URL until the core has its record (retries are the core's call)."""
         while True:
             self.state.attempt_started(request, now=self._now())

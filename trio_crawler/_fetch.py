@@ -48,15 +48,18 @@ body was not drained), so an error or a cancellation never leaves a pool slot ta
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import email.utils
 import functools
+import http.cookiejar
 import importlib
 import logging
 import os
 import ssl
 import time
 import urllib.request
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -71,7 +74,7 @@ from ._transport import choose_transport, lean_transport_class
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import AsyncIterator, Mapping
     from types import ModuleType
 
 # What servers see: the product token robots.txt groups are matched on, and our version.
@@ -173,8 +176,8 @@ def open_client(
     user_agent: str = DEFAULT_USER_AGENT,
     proxy_from_environment: bool = True,
     transport: str | None = None,
-) -> httpx.AsyncClient:
-    """Make an AsyncClient of ``library`` (see :func:`choose_http_library`) set up for crawling.
+) -> Client:
+    """Make a client of ``library`` (see :func:`choose_http_library`) set up for crawling.
 
     Redirects are not followed (the core decides which to follow and records each hop).
     The pool holds ``max_connections`` connections with no pool timeout: httpx's defaults
@@ -187,32 +190,116 @@ def open_client(
     for a caller that has checked :func:`environment_names_a_proxy`, skips it. Without an
     ``ssl_context`` the environment is always read, as it may name the CA certificates.
 
-    The client sends through the crawler's own transport (:mod:`trio_crawler._transport`:
-    one keep-alive connection per origin, h11, no pool) unless ``TRIO_CRAWLER_TRANSPORT``
-    says ``httpx`` or the environment names a proxy, which httpx's own transport handles;
-    ``transport`` (``lean`` or ``httpx``) overrides the variable.
+    The client is a :class:`TransportClient` on the crawler's own transport
+    (:mod:`trio_crawler._transport`: one keep-alive connection per origin, h11, no pool),
+    unless ``TRIO_CRAWLER_TRANSPORT`` says ``httpx`` or the environment names a proxy: then
+    it is an ``AsyncClient`` on httpx's own transport, which handles proxies. ``transport``
+    (``lean`` or ``httpx``) overrides the variable.
     """
     trust_env = proxy_from_environment or ssl_context is None
-    lean = None
     chosen = transport if transport is not None else choose_transport()
+    headers = {"user-agent": user_agent, "accept": "*/*", "accept-encoding": ACCEPT_ENCODING}
     if chosen == "lean" and not (trust_env and environment_names_a_proxy()):
         context = ssl_context if ssl_context is not None else _default_ssl_context()
-        lean = lean_transport_class(library)(context)
-    # Passed only when there is one: a caller's stand-in library may bring its own.
-    own_transport = {} if lean is None else {"transport": lean}
+        return TransportClient(library, lean_transport_class(library)(context), headers)
     client: httpx.AsyncClient = library.AsyncClient(
-        **own_transport,
         trust_env=trust_env,
         follow_redirects=False,
         timeout=library.Timeout(None),
         limits=library.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
-        headers={"user-agent": user_agent, "accept-encoding": ACCEPT_ENCODING},
+        headers=headers,
+        # The crawler's clients keep no cookies, on either transport: see TransportClient.
+        cookies=_NO_COOKIES,
         verify=ssl_context if ssl_context is not None else True,
         event_hooks={"response": [_set_location_aside]},
     )
     return client
+
+
+class _RefuseCookies(http.cookiejar.DefaultCookiePolicy):
+    """A cookie policy that accepts no cookie, so a jar under it stays empty."""
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
+        return False
+
+
+# One empty jar for every client of the stock transport: it never takes a cookie.
+_NO_COOKIES = http.cookiejar.CookieJar(policy=_RefuseCookies())
+
+
+class TransportClient:
+    """A worker's own client: each request goes straight to the crawler's transport.
+
+    ``httpx.AsyncClient.send`` wraps every request in machinery a crawler's worker never
+    uses: a cookie jar it reads and writes on each response, auth and redirect flows,
+    event hooks, headers merged anew. Measured (``benchmarks/bench_transport.py``), that
+    layer cost more than a third of a worker's whole fetch. What the crawler needs of it
+    is kept here: the request is an ``httpx.Request`` (so httpx parses and checks the URL,
+    and ``InvalidURL`` makes a record as before), credentials in a URL go out as Basic
+    auth as httpx sends them, and the answer is an ``httpx.Response`` read by the same
+    :func:`fetch`. What is dropped is dropped on purpose:
+
+    * cookies: a worker keeping the cookies its earlier responses set would make what a
+      server sees depend on which worker a URL happened to go to; the crawler's clients
+      (on either transport) send none, as a crawler that sees a site as a new visitor;
+    * proxies: a client is made this way only when the environment names no proxy;
+      otherwise the crawler's clients are ``AsyncClient``s on httpx's own transport.
+
+    It has the two methods of ``AsyncClient`` that :func:`fetch` calls, ``stream`` and
+    ``build_request``, and closes its transport (its connections) on ``aclose``.
+    """
+
+    def __init__(
+        self,
+        library: ModuleType,
+        transport: httpx.AsyncBaseTransport,
+        headers: Mapping[str, str],
+    ) -> None:
+        self._library = library
+        self._transport = transport
+        self.headers = library.Headers(headers)
+
+    def build_request(
+        self, method: str, url: str, *, headers: Mapping[str, str] | None = None
+    ) -> httpx.Request:
+        """The request as it will be sent: our headers, then ``headers`` over them."""
+        merged = self.headers.copy()
+        if headers:
+            merged.update(headers)
+        request: httpx.Request = self._library.Request(method, url, headers=merged)
+        if request.url.userinfo:
+            # As AsyncClient does for a URL with credentials (httpx's BasicAuth).
+            credentials = f"{request.url.username}:{request.url.password}".encode()
+            request.headers["authorization"] = "Basic " + base64.b64encode(credentials).decode()
+        return request
+
+    @asynccontextmanager
+    async def stream(
+        self, method: str, url: str, *, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[httpx.Response]:
+        """Send a request and yield its response, whose body is closed on the way out."""
+        request = self.build_request(method, url, headers=headers)
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> TransportClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+Client = httpx.AsyncClient | TransportClient
+"""What a worker sends with: a caller's or a stock ``AsyncClient``, or a TransportClient."""
 
 
 # Where _set_location_aside puts a response's Location header and its raw header lines.
@@ -237,7 +324,7 @@ async def _set_location_aside(response: httpx.Response) -> None:
 
 
 async def fetch(
-    client: httpx.AsyncClient,
+    client: Client,
     url: str,
     *,
     max_size: int = DEFAULT_MAX_SIZE,
@@ -273,7 +360,8 @@ async def fetch(
         if user_agent is not None:
             headers = {**(headers or {}), "user-agent": user_agent}
         async with client.stream("GET", url, headers=headers) as response:
-            encoding = response.headers.get("content-encoding", "")
+            fields = _fields(response)
+            encoding = fields.get("content-encoding", "")
             decoder = BodyDecoder(encoding, ROBOTS_MAX_SIZE if robots else max_size)
             cut = False
             try:
@@ -283,14 +371,15 @@ async def fetch(
                     raise
                 # RFC 9309, section 2.5: the rest of a long robots.txt may be ignored.
                 body, cut = _whole_lines(decoder.prefix()), True
+            location = response.extensions.get(_LOCATION)  # set aside by the hook
             return Response(
                 status=response.status_code,
-                content_type=response.headers.get("content-type"),
-                location=_location(response),
+                content_type=fields.get("content-type"),
+                location=location if location is not None else fields.get("location"),
                 body=body,
-                retry_after=_retry_after(response),
-                etag=response.headers.get("etag"),
-                last_modified=response.headers.get("last-modified"),
+                retry_after=_retry_after(fields.get("retry-after")),
+                etag=fields.get("etag"),
+                last_modified=fields.get("last-modified"),
                 exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
             )
     except _retryable_errors() as exc:
@@ -346,15 +435,33 @@ def _whole_lines(text: bytes) -> bytes:
     return text[: text.rfind(b"\n") + 1]
 
 
-def _location(response: httpx.Response) -> str | None:
-    """The Location header, wherever it is (a client not made here has no hook)."""
-    location: str | None = response.extensions.get(_LOCATION)
-    return location if location is not None else response.headers.get("location")
+# The response headers fetch() reads.
+_FIELDS = frozenset(
+    {b"content-encoding", b"content-type", b"location", b"retry-after", b"etag", b"last-modified"}
+)
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    """Seconds a ``Retry-After`` header asks for (RFC 9110 section 10.2.3), or None."""
-    value = response.headers.get("retry-after")
+def _fields(response: httpx.Response) -> dict[str, str]:
+    """The headers :func:`fetch` reads, in one pass over the response's header lines.
+
+    Values are decoded and repeated fields joined as ``response.headers.get`` would
+    (whose every call walks all the lines again).
+    """
+    headers = response.headers
+    found: dict[str, str] = {}
+    encoding = ""
+    for name, value in headers.raw:
+        key = name.lower()
+        if key not in _FIELDS:
+            continue
+        encoding = encoding or headers.encoding
+        field_name, text = key.decode("ascii"), value.decode(encoding)
+        found[field_name] = f"{found[field_name]}, {text}" if field_name in found else text
+    return found
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header value asks for (RFC 9110 section 10.2.3), or None."""
     if value is None:
         return None
     value = value.strip()
@@ -372,7 +479,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 def _exchange(
     url: str,
-    client: httpx.AsyncClient,
+    client: Client,
     response: httpx.Response | None,
     raw_chunks: list[bytes] | None,
     error: str | None,
@@ -454,7 +561,7 @@ class Fetcher:
         # one is made, not for each (see open_client).
         self._proxy_from_environment: bool | None = None
 
-    def new_client(self) -> httpx.AsyncClient:
+    def new_client(self) -> Client:
         """A client for one worker, which makes one request at a time.
 
         A client per worker rather than one shared: see the README's "HTTP clients" for
@@ -472,7 +579,7 @@ class Fetcher:
             proxy_from_environment=self._proxy_from_environment,
         )
 
-    async def fetch(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
+    async def fetch(self, client: Client, request: FetchRequest) -> Outcome:
         """One attempt for ``request`` with this crawl's options (see :func:`fetch`)."""
         return await fetch(
             client,

@@ -73,11 +73,13 @@ def choose_transport() -> str:
 class _Connection:
     """One HTTP/1.1 connection: a byte stream and the h11 state machine over it."""
 
-    __slots__ = ("h11", "stream")
+    __slots__ = ("h11", "socket", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT)
+        # Looked up once: a stream's extra() builds its table of attributes at each call.
+        self.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
 
     async def send(self, event: h11.Event) -> None:
         data = self.h11.send(event)
@@ -259,7 +261,7 @@ def _alive(connection: _Connection) -> bool:
     An idle HTTP/1.1 connection that became readable was closed by the server (or is
     sending what nobody asked for); either way it is not reused. httpcore asks the same.
     """
-    sock = connection.stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    sock = connection.socket
     if sock is None:
         return True
     try:

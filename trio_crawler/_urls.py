@@ -268,8 +268,8 @@ def _lenient_key(host: str) -> str:
     return ".".join(host.rstrip(".").split(".")[-2:])
 
 
-# Hosts whose scope answer Scope.allows remembers: a site links to a few hosts, over and
-# over; a page of links to ten thousand hosts just clears the memo.
+# Origins whose scope answer Scope.allows remembers: a site links to a few, over and over;
+# a page of links to ten thousand hosts just clears the memo.
 _MAX_REMEMBERED_HOSTS = 4096
 
 
@@ -296,7 +296,7 @@ class Scope:
         self._lenient_keys = frozenset(
             _lenient_key(host) for host in self.root_hosts if not _is_ip(host)
         )
-        self._host_answers: dict[str, bool] = {}
+        self._origin_answers: dict[str, bool] = {}
 
     def host_okay(self, host: str) -> bool:
         """Whether ``host`` (any spelling) matches a root host under this scope's rule.
@@ -323,19 +323,19 @@ class Scope:
     def allows(self, url: str) -> bool:
         """Whether a normalised absolute URL may be crawled.
 
-        This runs for every link on every page, so it slices the host out of the URL
-        (normalised URLs have a lower-case scheme and host and no fragment) and remembers
-        each host's answer, rather than parsing the URL.
+        This runs for every link on every page, so it slices the URL's origin (scheme,
+        userinfo, host and port: everything before the path, which a normalised URL always
+        has) and remembers each origin's answer, rather than parsing the URL.
         """
         if self.exclude is not None and self.exclude.search(url):
             return False
-        scheme_end = url.find("://")
-        if url[:scheme_end] not in _SCHEMES:
-            return False
-        host = url_host(url)
-        answer = self._host_answers.get(host)
+        path_start = url.find("/", url.find("://") + 3)
+        origin = url if path_start < 0 else url[:path_start]
+        answer = self._origin_answers.get(origin)
         if answer is None:
-            if len(self._host_answers) >= _MAX_REMEMBERED_HOSTS:
-                self._host_answers.clear()  # a link farm's hosts must not grow it forever
-            answer = self._host_answers[host] = self.host_okay(host)
+            if len(self._origin_answers) >= _MAX_REMEMBERED_HOSTS:
+                self._origin_answers.clear()  # a link farm's hosts must not grow it forever
+            scheme_end = url.find("://")
+            answer = url[:scheme_end] in _SCHEMES and self.host_okay(url_host(url))
+            self._origin_answers[origin] = answer
         return answer

@@ -45,9 +45,8 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    import httpx
-
     from ._events import FetchRequest, Outcome
+    from ._fetch import Client
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -247,7 +246,7 @@ class Crawler(CrawlerBase):
         if self._nudged is not None:
             self._nudged.set()
 
-    async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
+    async def _attempt(self, client: Client, request: FetchRequest) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except CancelledError."""
         try:
             async with asyncio.timeout(self.config.timeout):

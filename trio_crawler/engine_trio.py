@@ -65,7 +65,7 @@ from ._events import FetchRequest, Outcome
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    import httpx
+    from ._fetch import Client
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -182,7 +182,7 @@ class Crawler(CrawlerBase):
             result = await function()
         return result
 
-    async def _attempt(self, client: httpx.AsyncClient, request: FetchRequest) -> Outcome:
+    async def _attempt(self, client: Client, request: FetchRequest) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except Cancelled."""
         with trio.move_on_after(self.config.timeout):
             try:
@@ -192,7 +192,7 @@ class Crawler(CrawlerBase):
         return self._fetcher.timed_out(request)
 
     @asynccontextmanager
-    async def _open_client(self) -> AsyncIterator[httpx.AsyncClient]:
+    async def _open_client(self) -> AsyncIterator[Client]:
         """The caller's shared client, or a client of this worker's own."""
         if self._fetcher.client is not None:
             yield self._fetcher.client

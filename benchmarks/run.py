@@ -213,6 +213,13 @@ def run_state(
             check=False,
         )
     print(done.stderr, end="", file=sys.stderr)
+    if done.returncode != 0 and done.stdout.strip():
+        # It measured, and says a check failed or a target was missed: keep its tables.
+        return (
+            f"{done.stdout.strip()}\n\n({script.name} exited {done.returncode}: a check "
+            "failed or a target was missed; see above)",
+            False,
+        )
     if done.returncode != 0:
         return (
             f"### {script.name}\n\n{script.name} failed (exit {done.returncode}):\n\n"

@@ -108,3 +108,11 @@ def test_core_modules_import_no_async_or_network_library() -> None:
 
 def test_package_ships_type_information() -> None:
     assert (ROOT / "trio_crawler" / "py.typed").exists()
+
+
+def test_the_installed_version_is_the_packages_own() -> None:
+    """pyproject.toml reads the version from ``_version.py``: the metadata pip installed
+    and the constant the crawler sends in its User-Agent are one."""
+    import importlib.metadata
+
+    assert importlib.metadata.version("trio-crawler") == trio_crawler.__version__

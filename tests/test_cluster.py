@@ -121,10 +121,12 @@ async def test_three_processes_share_one_crawl(
                 list(engines), redis, site, http.url("/p/0.html"), tmp_path, "--ignore-robots"
             )
     context = "\n".join(f"{engine}: {run}" for engine, run in zip(engines, runs, strict=True))
+    totals = f"Shared crawl crawl: {len(site.paths())} done, 0 failed, 0 queued, 0 leased, finished"
     for run in runs:
         assert run.returncode == 0, context
         assert "Finish reason: finished" in run.stdout, context
         assert "Todo: 0" in run.stdout, context
+        assert totals in run.stdout.splitlines(), context
     urls = union(outputs, context)
     assert len(urls) == len(set(urls)), f"a URL has two records: {context}"
     assert set(urls) == {http.url(path) for path in site.paths()}, context

@@ -77,6 +77,17 @@ def test_only_counted_counters_are_printed_and_zero_time_is_safe() -> None:
     assert lines[5] == "Finish reason: finished"
 
 
+def test_notes_come_after_the_counters_and_before_todo() -> None:
+    report = format_report(
+        [], elapsed=1.0, max_tasks=1, todo=0, finish_reason="finished", notes=["Shared: x"]
+    )
+    assert report.splitlines()[1:4] == [
+        "Finished 0 urls in 1.000 secs (max_tasks=1) (0.000 urls/sec/task)",
+        "Shared: x",
+        "Todo: 0",
+    ]
+
+
 def test_record_json_has_exactly_the_contract_keys_in_order() -> None:
     record = json.loads(RECORDS[1].to_json())
     assert list(record) == RECORD_KEYS

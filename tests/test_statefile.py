@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_crawler._config import CrawlConfig
-from trio_crawler._events import FetchRequest, Response
+from trio_crawler._events import Committing, FetchRequest, Response
 from trio_crawler._state import CrawlState
 from trio_crawler._statefile import StateFile, StateFileError, StoredFrontier, open_store
 from trio_crawler.engine_trio import Crawler
@@ -58,6 +58,32 @@ def open_crawl(path: Path, **options: Any) -> tuple[CrawlState, StoredFrontier]:
 def html(links: list[int]) -> Response:
     body = "".join(f'<a href="/{link}">x</a>' for link in links).encode()
     return Response(status=200, content_type="text/html", body=body)
+
+
+def test_pages_fetched_when_the_crawl_is_cut_short_are_committed_on_close(
+    tmp_path: Path,
+) -> None:
+    """A deadline or a second Ctrl-C can end the crawl between a page's fetch and its
+    transaction: closing commits it, record and links, so the next run does not fetch it
+    again (only a kill, which closes nothing, costs that)."""
+    path = tmp_path / "crawl.db"
+    state, store = open_crawl(path)
+    run_now(store.flush(in_this_thread, starved=True))  # the root's row into the window
+    request = state.next_request(now=0.0)
+    assert request is not None
+    assert request.url == ROOT
+    state.attempt_started(request, now=0.0)
+    assert isinstance(state.attempt_finished(request, html([1, 2]), now=0.0), Committing)
+    assert not state.finished  # in flight until committed
+    store.close()
+
+    state, store = open_crawl(path)
+    try:
+        assert [record.url for record in store.records()] == [ROOT]
+        assert store.records()[0].num_new_urls == 2
+        assert (store.queued, store.seen_count) == (2, 3)
+    finally:
+        store.close()
 
 
 # --- the store against a model of the same steps ------------------------------------------

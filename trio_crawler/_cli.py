@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import anyio
 
 from ._cli_args import ENGINES, PROG, AnyCrawler, CommandLine, UsageError, parse_args
-from ._cluster import ClusterError, read_status, shared_roots
+from ._config import ConfigError
 from ._output import JsonLinesWriter
 from ._report import format_report
-from ._statefile import StateFileError, StoredFrontier
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -112,6 +111,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _print_status(options: CommandLine) -> int:
     """``--status``: the shared crawl's counts, one per line; no request is made."""
+    from ._cluster import ClusterError, read_status
+
     crawl = options.crawl
     assert crawl.frontier is not None
     try:
@@ -217,7 +218,8 @@ class CrawlRun:
         self.warc = warc
         self.progress = progress
         self.crawler: AnyCrawler | None = None  # made by _crawl_until_signal
-        self.unusable_state: StateFileError | ClusterError | None = None
+        # A --state file or --frontier server that cannot be used (a ConfigError of theirs).
+        self.unusable_state: ConfigError | None = None
 
     def run(self) -> int:
         """Crawl until done or signalled, print the report, and return the exit status."""
@@ -257,7 +259,10 @@ class CrawlRun:
             on_progress=self.progress.update if self.progress is not None else None,
             **self.options.crawl.keywords(),
         )
-        if isinstance(crawler.store, StoredFrontier):
+        if self.options.crawl.state is not None:
+            from ._statefile import StoredFrontier
+
+            assert isinstance(crawler.store, StoredFrontier)
             if self.writer is not None:
                 crawler.store.attach_output(self.writer)
             if self.warc is not None:
@@ -282,16 +287,18 @@ class CrawlRun:
                 try:
                     frontier = self.options.crawl.frontier
                     if frontier is not None and not roots:  # joining: the server names them
+                        from ._cluster import shared_roots
+
                         roots = await shared_roots(frontier, self.options.crawl.crawl_id)
                     crawler = self._make_crawler(roots)
-                except (StateFileError, ClusterError) as exc:
+                except ConfigError as exc:  # the options were checked: this is the store's
                     self.unusable_state = exc
                     task_group.cancel_scope.cancel("unusable store")
                     return
                 task_group.start_soon(_stop_on_signal, signals, crawler.stop, self.options.grace)
                 try:
                     await crawler.crawl()
-                except ClusterError as exc:  # before the crawl joined: nothing was done
+                except ConfigError as exc:  # the server, before the crawl joined: nothing done
                     self.unusable_state = exc
                     self.crawler = None
                     task_group.cancel_scope.cancel("unusable store")
@@ -332,6 +339,18 @@ def _signals_held() -> Iterator[list[int]]:
 
 
 def _report(crawler: AnyCrawler) -> str:
+    notes = []
+    if crawler.config.frontier is not None:
+        from ._cluster import RedisFrontier
+
+        assert isinstance(crawler.store, RedisFrontier)
+        # Each process reports its own records; one line says where the whole crawl is.
+        shared = crawler.store.shared
+        notes.append(
+            f"Shared crawl {crawler.config.crawl_id}: {shared.done} done, "
+            f"{shared.failed} failed, {shared.queued} queued, {shared.leased} leased"
+            f"{', finished' if shared.finished else ''}"
+        )
     return format_report(
         crawler.done,
         elapsed=crawler.elapsed,
@@ -339,6 +358,7 @@ def _report(crawler: AnyCrawler) -> str:
         todo=crawler.statistics().todo,
         finish_reason=crawler.finish_reason or "interrupted",
         extra_counters=crawler.limit_counts,
+        notes=notes,
     )
 
 

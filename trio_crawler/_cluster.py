@@ -55,6 +55,7 @@ from ._events import FetchRequest, RobotsRequest
 from ._frontier import (
     Completion,
     Disallowed,
+    FrontierLost,
     MemoryFrontier,
     RobotsState,
     Settled,
@@ -62,7 +63,6 @@ from ._frontier import (
     _Origin,
 )
 from ._robots import RobotsRules, origin_of
-from ._statefile import StateLost
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -318,6 +318,7 @@ class RedisFrontier(MemoryFrontier):
         self.scheduling: Callable[[], bool] = lambda: True
         self._client: Any = None
         self._step: Any = None
+        self._status: Any = None
         self._run: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]] | None = None
         self._clock: Callable[[], float] = time.monotonic
         self._wake: Callable[[], None] = lambda: None
@@ -326,6 +327,8 @@ class RedisFrontier(MemoryFrontier):
         self._ops: list[Operation] = []
         self._waiting: list[tuple[Completion, Callable[[Completion, Settled], object]]] = []
         self._dones: list[Operation] = []
+        # URLs a worker finished, until the call that marks them done is answered.
+        self._unsettled: set[str] = set()
         self._flushing = False
         self._sending = 0  # operations in the call under way
         self._flushed: anyio.Event | None = None  # made in session()
@@ -393,6 +396,8 @@ class RedisFrontier(MemoryFrontier):
     def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
         """Keep ``completion`` for the next call; ``then`` runs once its links are added."""
         self._waiting.append((completion, then))
+        if completion.leased and completion.request is not None:
+            self._unsettled.add(completion.request.url)
 
     def take(self, *, now: float, start_new: bool) -> Taken | None:
         if self._robots_tickets:
@@ -513,6 +518,17 @@ class RedisFrontier(MemoryFrontier):
         busy = super().queued + super().in_flight_count + len(self._robots_tickets)
         return max(0, self.config.max_tasks - busy)
 
+    async def settle(self, request: FetchRequest, run: object = None) -> None:
+        """Return once ``request`` is done on the server: its links added, its record made
+        and written, and the call that marks it done answered.
+
+        Raises:
+            FrontierLost: The server could not be reached for ``lease`` seconds.
+        """
+        del run  # the runner is the one session() was given
+        while request.url in self._unsettled and self.lost is None:
+            await self.sync()
+
     async def sync(self) -> None:
         """Send what waits, and return only once it was sent (a flush under way counts
         once it ends: it takes whatever was added meanwhile)."""
@@ -525,7 +541,7 @@ class RedisFrontier(MemoryFrontier):
         """Send the waiting changes, a call at a time, until none wait.
 
         Raises:
-            StateLost: The server could not be reached for ``lease`` seconds.
+            FrontierLost: The server could not be reached for ``lease`` seconds.
         """
         del run  # the runner is the one session() was given
         if self._flushing or self.lost is not None or self._client is None:
@@ -609,13 +625,13 @@ class RedisFrontier(MemoryFrontier):
             except _lost_errors() as exc:
                 if time.monotonic() + pause > give_up:
                     self.lost = f"lost the shared frontier at {self.where}: {_reason(exc)}"
-                    raise StateLost(self.lost) from None
+                    raise FrontierLost(self.lost) from None
                 LOGGER.warning("shared frontier %s: %s; trying again", self.where, _reason(exc))
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 2.0)
             except ValueError as exc:
                 self.lost = f"the shared frontier at {self.where} answered nonsense: {exc}"
-                raise StateLost(self.lost) from None
+                raise FrontierLost(self.lost) from None
 
     async def _answered(
         self,
@@ -633,20 +649,22 @@ class RedisFrontier(MemoryFrontier):
                 )
             if answer.get("gone"):
                 self.lost = f"the crawl {self.crawl_id!r} is gone from {self.where}"
-                raise StateLost(self.lost)
+                raise FrontierLost(self.lost)
             given = answer.get("r")
             results = given if isinstance(given, list) else []
             if len(results) != len(ops):
                 self.lost = f"{self.where} answered {len(results)} of {len(ops)} changes"
-                raise StateLost(self.lost)
+                raise FrontierLost(self.lost)
             try:
                 self.shared = SharedCounts.from_answer(answer.get("c"))
             except (ValueError, TypeError) as exc:
                 self.lost = f"the shared frontier at {self.where} answered nonsense: {exc}"
-                raise StateLost(self.lost) from None
+                raise FrontierLost(self.lost) from None
         for op in ops:
             if op["k"] == "started":
                 self._starting.discard(op["u"])
+            elif op["k"] == "done":
+                self._unsettled.discard(op["u"])
         for completion, then, first, last in waiting:
             new = beyond = 0
             for op, result in zip(ops[first:last], results[first:last], strict=True):
@@ -734,7 +752,7 @@ class RedisFrontier(MemoryFrontier):
             answers = await self._run(read)
         except _lost_errors() as exc:
             self.lost = f"lost the shared frontier at {self.where}: {_reason(exc)}"
-            raise StateLost(self.lost) from None
+            raise FrontierLost(self.lost) from None
         for key, (robots, text, failure, delay) in zip(keys, answers, strict=True):
             try:
                 seconds = float(delay) if delay is not None else 0.0
@@ -767,7 +785,7 @@ class RedisFrontier(MemoryFrontier):
         run: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
         clock: Callable[[], float],
         wake: Callable[[], None],
-        on_lost: Callable[[StateLost], None],
+        on_lost: Callable[[FrontierLost], None],
     ) -> AsyncIterator[None]:
         """Join the shared crawl for the length of a ``crawl()``.
 
@@ -781,6 +799,7 @@ class RedisFrontier(MemoryFrontier):
             async with _client(self.url) as client:
                 self._client = client
                 self._step = client.register_script(STEP)
+                self._status = client.register_script(STATUS)
                 await self._join()
                 async with anyio.create_task_group() as tasks:
                     await tasks.start(self._listen)
@@ -790,6 +809,7 @@ class RedisFrontier(MemoryFrontier):
                     finally:
                         with anyio.CancelScope(shield=True), anyio.move_on_after(self.lease):
                             await self._give_back_all(on_lost)
+                            await self._read_counts()
                         tasks.cancel_scope.cancel()
         except BaseException as exc:
             refusal = None if self._joined else _refusal(exc, self.where)
@@ -883,7 +903,7 @@ class RedisFrontier(MemoryFrontier):
                     "shared frontier %s: stopped listening: %s", self.where, _reason(exc)
                 )
 
-    async def _renew(self, on_lost: Callable[[StateLost], None]) -> None:
+    async def _renew(self, on_lost: Callable[[FrontierLost], None]) -> None:
         """Renew this process's leases every third of a lease."""
         while True:
             await anyio.sleep(self.lease / 3)
@@ -892,11 +912,23 @@ class RedisFrontier(MemoryFrontier):
                 self._ops.append({"k": "renew", "u": held})
                 try:
                     await self.sync()
-                except StateLost as exc:
+                except FrontierLost as exc:
                     on_lost(exc)
                     return
 
-    async def _give_back_all(self, on_lost: Callable[[StateLost], None]) -> None:
+    async def _read_counts(self) -> None:
+        """Read the shared counts as this process leaves, for its report (``Todo:`` and
+        the shared totals): the last answer may be older than other processes' work."""
+        if self.lost is not None:
+            return
+        failures: tuple[type[BaseException], ...] = (*_lost_errors(), ValueError, TypeError)
+        try:
+            answer = await self._status(keys=[self.prefix + "meta"], args=[self.prefix])
+            self.shared = SharedCounts.from_answer(answer)
+        except failures as exc:
+            LOGGER.warning("shared frontier %s: no final counts: %s", self.where, _reason(exc))
+
+    async def _give_back_all(self, on_lost: Callable[[FrontierLost], None]) -> None:
         """On the way out: send what waits, and give back every lease still held."""
         for key in list(self._robots_tickets):
             self._ops.append({"k": "rback", "o": key})
@@ -913,5 +945,5 @@ class RedisFrontier(MemoryFrontier):
         try:
             self.scheduling = lambda: False
             await self.sync()
-        except StateLost as exc:
+        except FrontierLost as exc:
             on_lost(exc)

@@ -20,12 +20,11 @@ import logging
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from ._cluster import RedisFrontier
 from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_options
-from ._events import Retry
+from ._events import Committing, Retry
 from ._fetch import DEFAULT_USER_AGENT, Fetcher
+from ._frontier import FrontierLost
 from ._state import CrawlCounts, CrawlState
-from ._statefile import StateLost, StoredFrontier, open_store, stored_roots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -33,9 +32,11 @@ if TYPE_CHECKING:
 
     import httpx
 
+    from ._cluster import RedisFrontier
     from ._config import CrawlKeywords
     from ._events import Exchange, FetchRequest, Outcome
     from ._fetch import Client
+    from ._statefile import StoredFrontier
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -109,6 +110,8 @@ class CrawlerBase(abc.ABC):
         roots = list(roots) if not isinstance(roots, str) else roots
         state_path = options.get("state")
         if state_path and not roots:
+            from ._statefile import stored_roots
+
             roots = list(stored_roots(state_path))  # resuming: the file names the roots
         self.config = CrawlConfig.create(roots, **options)
         if not (isinstance(progress_interval, int | float) and progress_interval > 0):
@@ -125,22 +128,34 @@ class CrawlerBase(abc.ABC):
             user_agent=self.config.user_agent or DEFAULT_USER_AGENT,
             keep_exchanges=on_exchange is not None,
         )
-        self.store: StoredFrontier | RedisFrontier | None = None
+        # A durable store, by kind: --state keeps the crawl in a file, --frontier on a
+        # server. Each module is imported only for a crawl that uses it: sqlite3, and the
+        # scripts and client of the shared frontier, would add tens of milliseconds to the
+        # start of every crawl in memory.
+        self._stored: StoredFrontier | None = None
+        self._shared: RedisFrontier | None = None
         if self.config.frontier is not None:
-            self.store = RedisFrontier(self.config)
-            self.state = CrawlState(self.config, on_record=on_record, frontier=self.store)
-            self.store.scheduling = lambda: not self.state.scheduling_stopped
+            from ._cluster import RedisFrontier
+
+            self._shared = RedisFrontier(self.config)
+            self.state = CrawlState(self.config, on_record=on_record, frontier=self._shared)
+            self._shared.scheduling = lambda: not self.state.scheduling_stopped
         elif self.config.state is not None:
-            self.store = open_store(self.config)
+            from ._statefile import open_store
+
+            self._stored = open_store(self.config)
             self.state = CrawlState(
                 self.config,
                 on_record=on_record,
-                frontier=self.store,
-                resumed=self.store.file.resumed(),
+                frontier=self._stored,
+                resumed=self._stored.file.resumed(),
             )
-            self.store.limit_counts = self.state.limit_counts
+            self._stored.limit_counts = self.state.limit_counts
         else:
             self.state = CrawlState(self.config, on_record=on_record)
+        self.store: StoredFrontier | RedisFrontier | None = (
+            self._stored if self._stored is not None else self._shared
+        )
         self._on_exchange = on_exchange
         self._on_progress = on_progress
         self._progress_interval = float(progress_interval)
@@ -174,8 +189,8 @@ class CrawlerBase(abc.ABC):
         With ``state``, they are read from the file (the whole crawl's, every run of it),
         so read them after the crawl rather than during it.
         """
-        if isinstance(self.store, StoredFrontier):
-            return self.store.records()
+        if self._stored is not None:
+            return self._stored.records()
         return self.state.done
 
     def statistics(self) -> CrawlCounts:
@@ -262,10 +277,10 @@ class CrawlerBase(abc.ABC):
         Raises:
             ClusterError: The server cannot be reached, or holds another crawl by that name.
         """
-        if not isinstance(self.store, RedisFrontier):
+        if self._shared is None:
             yield
             return
-        async with self.store.session(
+        async with self._shared.session(
             run=self._shielded,
             clock=self._now,
             wake=self._wake_dispatcher,
@@ -273,7 +288,7 @@ class CrawlerBase(abc.ABC):
         ):
             yield
 
-    def _store_lost(self, exc: StateLost) -> None:
+    def _store_lost(self, exc: FrontierLost) -> None:
         """The crawl's store cannot be written or reached: stop, keeping every record."""
         LOGGER.error("%s; stopping the crawl", exc)
         if self.finish_reason is None:
@@ -284,11 +299,11 @@ class CrawlerBase(abc.ABC):
         """Attempt one URL until the core has its record (retries are the core's call)."""
         while True:
             self.state.attempt_started(request, now=self._now())
-            if isinstance(self.store, RedisFrontier) and self.store.must_sync(request):
+            if self._shared is not None and self._shared.must_sync(request):
                 # Its host has a delay, which every process times from this instant.
                 try:
-                    await self.store.sync()
-                except StateLost as exc:
+                    await self._shared.sync()
+                except FrontierLost as exc:
                     self._store_lost(exc)
             outcome = await self._attempt(client, request)
             if self._on_exchange is not None and outcome.exchange is not None:
@@ -297,7 +312,16 @@ class CrawlerBase(abc.ABC):
             if not isinstance(result, Retry):
                 break
             request = result.request
-        if self.store is not None and self.store.has_work(starved=False):
+        if isinstance(result, Committing):
+            # A durable store makes the record once its change is written. The worker holds
+            # its URL until then, so what a kill can cost is what the workers hold: at most
+            # one URL each (--max-tasks in all), fetched again by the next run.
+            assert self.store is not None
+            try:
+                await self.store.settle(request, self._in_thread)
+            except FrontierLost as exc:
+                self._store_lost(exc)
+        elif self.store is not None and self.store.has_work(starved=False):
             await self._flush_store(starved=False)
 
     async def _flush_store(self, *, starved: bool) -> None:
@@ -306,7 +330,7 @@ class CrawlerBase(abc.ABC):
         assert self.store is not None
         try:
             await self.store.flush(self._in_thread, starved=starved)
-        except StateLost as exc:
+        except FrontierLost as exc:
             self._store_lost(exc)
 
     def _store_needs(self) -> bool:

@@ -197,6 +197,15 @@ class Resumed:
     limit_counts: Mapping[str, int]
 
 
+class FrontierLost(Exception):
+    """A durable store the crawl can no longer write: a state file on a full disk, a
+    shared frontier's server gone for longer than a lease.
+
+    The store is as its last applied change left it; the crawl stops, keeping every
+    record it made (``Finish reason: frontier-lost``).
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class Added:
     """What :meth:`MemoryFrontier.add` did with the links it was given.

@@ -37,6 +37,7 @@ def format_report(
     todo: int,
     finish_reason: str,
     extra_counters: Mapping[str, int] | None = None,
+    notes: Sequence[str] = (),
     date: str | None = None,
 ) -> str:
     """The whole report, newline-terminated.
@@ -49,6 +50,7 @@ def format_report(
         finish_reason: ``finished``, ``deadline``, ``interrupted`` (or a later reason).
         extra_counters: Counters the records cannot show (URLs that never got a record),
             printed among the chapter's, in the same sorted order.
+        notes: Lines of the report's own after the counters (a shared crawl's totals).
         date: The ``Date:`` value; defaults to the local time now, as the chapter's.
     """
     speed = len(records) / elapsed / max_tasks if elapsed > 0 and max_tasks else 0.0
@@ -61,6 +63,7 @@ def format_report(
         f" (max_tasks={max_tasks}) ({speed:.3f} urls/sec/task)"
     )
     lines.extend(f"{count:10d} {key}" for key, count in sorted(counters.items()))
+    lines.extend(notes)
     lines.append(f"Todo: {todo}")
     lines.append(f"Done: {len(records)}")
     lines.append(f"Date: {date if date is not None else time.ctime()} local time")

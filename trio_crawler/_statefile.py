@@ -50,12 +50,15 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import anyio
+
 from ._config import ConfigError
 from ._events import FetchRequest, KnownPage, RobotsRequest
 from ._frontier import (
     Added,
     Completion,
     Disallowed,
+    FrontierLost,
     MemoryFrontier,
     Offer,
     Resumed,
@@ -151,13 +154,6 @@ class StateFileError(ConfigError):
         super().__init__("state", f"{path}: {problem}")
 
 
-class StateLost(Exception):
-    """The state file could not be written during the crawl (a full disk, an I/O error).
-
-    The file is as the last committed transaction left it; the crawl stops.
-    """
-
-
 @dataclass(frozen=True, slots=True)
 class OriginNote:
     """An origin's state, to keep: robots.txt rules or failure, delay, Retry-After."""
@@ -196,6 +192,10 @@ class _Committed:
     new_rows: int
     records: list[tuple[int, str]]  # record id, JSON line, in completion order
     loaded: list[tuple[Any, ...]]
+
+
+# A completion waiting for its transaction, with what to call once it has committed.
+_Waiting = tuple[Completion, "Callable[[Completion, Settled], object]"]
 
 
 class RecordOutput(Protocol):
@@ -584,9 +584,10 @@ class StoredFrontier(MemoryFrontier):
         self._unloaded, self._known = state_file.counts()
         self._cursor = 0  # the last row id loaded into the window
         self._batch = _Batch()
-        self._waiting: list[tuple[Completion, Callable[[Completion, Settled], object]]] = []
+        self._waiting: list[_Waiting] = []
         self._unleased = 0  # completions not in flight (links alone, unfetchable URLs)
         self._flushing = False
+        self._flush_ended: anyio.Event | None = None  # made by each flush, set when it ends
         self._outputs: list[RecordOutput] = []
         self._marks: dict[str, tuple[int, int]] = {}
         self.limit_counts: Mapping[str, int] | None = None
@@ -719,16 +720,25 @@ class StoredFrontier(MemoryFrontier):
         return records
 
     def close(self) -> None:
-        """Store how far the outputs got, and close the file. Blocks briefly: it runs once,
-        after the crawl's tasks have ended."""
+        """Commit what still waits, store how far the outputs got, and close the file.
+
+        Blocks briefly: it runs once, after the crawl's tasks have ended. A crawl cut short
+        (its deadline, a second Ctrl-C) may leave pages fetched whose transaction had not
+        run yet; they are committed here, records and links, rather than fetched again by
+        the next run.
+        """
         if self.file.closed:
             return
-        batch = _Batch(marks=self._current_marks())
-        if self.limit_counts is not None:
-            batch.limit_counts = dict(self.limit_counts)
         try:
             if self.lost is None:
-                self.file.commit(batch)
+                if self._waiting or self._batch:
+                    batch, waiting = self._next_batch(starved=False)
+                    batch.load = 0
+                    self._after_commit(waiting, self.file.commit(batch))
+                final = _Batch(marks=self._current_marks())
+                if self.limit_counts is not None:
+                    final.limit_counts = dict(self.limit_counts)
+                self.file.commit(final)
         except sqlite3.Error as exc:
             LOGGER.error("cannot write the state file %s: %s", self.file.path, exc)
         finally:
@@ -749,6 +759,20 @@ class StoredFrontier(MemoryFrontier):
             return min(CHUNK, self._unloaded)
         return 0
 
+    async def settle(self, request: FetchRequest, run: RunInThread[Any]) -> None:
+        """Return once the completion of ``request`` has committed and its record is made
+        (and copied to the outputs): flushing, or waiting for the flush under way.
+
+        Raises:
+            FrontierLost: The file could not be written; the crawl must stop.
+        """
+        while request.url in self._in_flight and self.lost is None:
+            if self._flushing:
+                assert self._flush_ended is not None
+                await self._flush_ended.wait()
+            else:
+                await self.flush(run)
+
     async def flush(self, run: RunInThread[Any], *, starved: bool = False) -> None:
         """Commit what waits, in as few transactions as the load allows, off the loop.
 
@@ -757,26 +781,22 @@ class StoredFrontier(MemoryFrontier):
         transaction that started is always finished and applied, even in a cancelled crawl.
 
         Raises:
-            StateLost: The file could not be written; the crawl must stop.
+            FrontierLost: The file could not be written; the crawl must stop.
         """
         if self._flushing or self.lost is not None:
             return
         self._flushing = True
+        self._flush_ended = anyio.Event()
         try:
             while self._waiting or self._batch or self._wants_rows(starved=starved):
                 await self._one_transaction(run, starved)
                 starved = False
         finally:
             self._flushing = False
+            self._flush_ended.set()
 
     async def _one_transaction(self, run: RunInThread[Any], starved: bool) -> None:
-        batch, self._batch = self._batch, _Batch()
-        waiting, self._waiting = self._waiting, []
-        batch.completions = [completion for completion, _ in waiting]
-        batch.load = self._wants_rows(starved=starved)
-        batch.marks = self._current_marks()
-        if self.limit_counts is not None:
-            batch.limit_counts = dict(self.limit_counts)
+        batch, waiting = self._next_batch(starved=starved)
         cursor = self._cursor
 
         def transaction() -> _Committed:
@@ -789,7 +809,24 @@ class StoredFrontier(MemoryFrontier):
             committed: _Committed = await run(transaction)
         except sqlite3.Error as exc:
             self.lost = f"cannot write the state file {self.file.path}: {exc}"
-            raise StateLost(self.lost) from exc
+            raise FrontierLost(self.lost) from exc
+        self._after_commit(waiting, committed)
+
+    def _next_batch(self, *, starved: bool) -> tuple[_Batch, list[_Waiting]]:
+        """What the next transaction writes: the batch, and the completions it carries
+        with their callbacks."""
+        batch, self._batch = self._batch, _Batch()
+        waiting, self._waiting = self._waiting, []
+        batch.completions = [completion for completion, _ in waiting]
+        batch.load = self._wants_rows(starved=starved)
+        batch.marks = self._current_marks()
+        if self.limit_counts is not None:
+            batch.limit_counts = dict(self.limit_counts)
+        return batch, waiting
+
+    def _after_commit(self, waiting: list[_Waiting], committed: _Committed) -> None:
+        """After a transaction committed: its URLs leave the in-flight set, their records
+        are made and copied to the outputs, and the rows it loaded join the window."""
         self._unloaded += committed.new_rows
         self._known += committed.new_rows
         records = iter(committed.records)

@@ -50,7 +50,7 @@ if __package__ in (None, ""):
 
 from benchmarks import bench_cluster, bench_engines, bench_slow
 from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_environment
-from benchmarks.measure import run_main, snapshot_package
+from benchmarks.measure import GNU_TIME, run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
 PARTS = ("synthetic", "docs", "slow", "state", "durable", "cluster")
@@ -199,12 +199,22 @@ def run_state(
     """bench_state.py (or bench_durable.py) in a fresh process, importing the snapshot.
 
     A fresh process, because its memory figures should not share an interpreter with the
-    harness, and the snapshot, so that it measures the same code as the crawls.
+    harness, and the snapshot, so that it measures the same code as the crawls. It is
+    started through GNU time, a small C program: Linux starts a process's peak RSS at the
+    RSS of the process it was forked from, and this harness has grown large by the time it
+    gets here (a full run once read 90 MiB for a frontier that peaks at 52).
     """
     python = args.our_python[0][1] if args.our_python else sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-state-") as work:
         done = subprocess.run(
-            [python, str(script), *(argv or ["--urls", str(args.state_urls)])],
+            [
+                GNU_TIME,
+                "--format=",
+                f"--output={os.devnull}",
+                python,
+                str(script),
+                *(argv or ["--urls", str(args.state_urls)]),
+            ],
             cwd=work,
             env=snapshot_environment(package_path),
             capture_output=True,

@@ -53,6 +53,8 @@ from ._cluster_scripts import CREATE, STATUS, STEP
 from ._config import ConfigError, redacted
 from ._events import FetchRequest, RobotsRequest
 from ._frontier import (
+    GROUP_SIZE,
+    GROUP_WINDOW,
     Completion,
     Disallowed,
     FrontierLost,
@@ -527,7 +529,11 @@ class RedisFrontier(MemoryFrontier):
         """
         del run  # the runner is the one session() was given
         while request.url in self._unsettled and self.lost is None:
-            await self.sync()
+            if self._flushing:
+                assert self._flushed is not None
+                await self._flushed.wait()
+            else:
+                await self.flush(group=GROUP_WINDOW)
 
     async def sync(self) -> None:
         """Send what waits, and return only once it was sent (a flush under way counts
@@ -537,8 +543,11 @@ class RedisFrontier(MemoryFrontier):
             await self._flushed.wait()
         await self.flush()
 
-    async def flush(self, run: object = None, *, starved: bool = False) -> None:
+    async def flush(self, run: object = None, *, starved: bool = False, group: float = 0.0) -> None:
         """Send the waiting changes, a call at a time, until none wait.
+
+        With ``group`` seconds, the first call waits that long for more changes to join it
+        (see :data:`~trio_crawler._frontier.GROUP_WINDOW`), unless enough already wait.
 
         Raises:
             FrontierLost: The server could not be reached for ``lease`` seconds.
@@ -550,6 +559,8 @@ class RedisFrontier(MemoryFrontier):
         self._flushed = anyio.Event()
         leased_once = False
         try:
+            if group and len(self._waiting) + len(self._dones) < GROUP_SIZE:
+                await anyio.sleep(group)  # let the pages finishing now join
             while True:
                 ops, waiting = self._gather(lease=not leased_once)
                 if not ops and not waiting:

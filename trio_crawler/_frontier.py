@@ -197,6 +197,18 @@ class Resumed:
     limit_counts: Mapping[str, int]
 
 
+# Group commit, for the durable stores: a flush waits GROUP_WINDOW seconds before it writes,
+# unless GROUP_SIZE completions already wait, so that the pages finishing around the same
+# time share one transaction (SQLite) or one script call (Redis). Each costs a trip to the
+# writer thread and a few statements, each of which trades the GIL with the event loop's
+# thread, or a round trip; measured on the 10 000-page synthetic site at --max-tasks 100,
+# 5 ms took the state file's transactions from about 1 600 to 500 and the process's context
+# switches from 31 000 to 13 000. A worker waits for its page's write anyway (the stores'
+# settle()), so the window costs latency, not work.
+GROUP_WINDOW = 0.005
+GROUP_SIZE = 64
+
+
 class FrontierLost(Exception):
     """A durable store the crawl can no longer write: a state file on a full disk, a
     shared frontier's server gone for longer than a lease.

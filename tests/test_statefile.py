@@ -27,7 +27,7 @@ from trio_crawler._state import CrawlState
 from trio_crawler._statefile import StateFile, StateFileError, StoredFrontier, open_store
 from trio_crawler.engine_trio import Crawler
 
-from httpserver import open_test_server
+from httpserver import Reply, open_test_server
 from support import HANG_LIMIT, page, read_records
 
 T = TypeVar("T")
@@ -310,6 +310,34 @@ async def test_a_full_file_stops_the_crawl_and_keeps_it_consistent(tmp_path: Pat
     urls = [record.url for record in again.done]
     assert len(urls) == len(set(urls))
     assert sum(1 for record in again.done if record.status == 200) == len(pages)
+
+
+@pytest.mark.trio
+async def test_sitemaps_nested_too_deep_end_the_crawl(tmp_path: Path) -> None:
+    """A sitemap index below the third level is counted, not queued: the file must not
+    count it as a queued row, or the crawl would wait for it for ever."""
+
+    def index(name: str) -> Reply:
+        body = f"<sitemapindex><sitemap><loc>{server.url(name)}</loc></sitemap></sitemapindex>"
+        return Reply(headers=[("content-type", "application/xml")], body=body.encode())
+
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server({"/": page()}) as server:
+            for level, name in enumerate(["/sitemap.xml", "/s2.xml", "/s3.xml", "/s4.xml"]):
+                server.routes[name] = index(f"/s{level + 2}.xml")
+            crawler = Crawler(
+                [server.url("/")], state=str(tmp_path / "crawl.db"), sitemaps=True,
+                obey_robots=False,
+            )  # fmt: skip
+            await crawler.crawl()
+    assert crawler.finish_reason == "finished"
+    assert sorted(record.url.rsplit("/", 1)[1] for record in crawler.done) == [
+        "",
+        "s2.xml",
+        "s3.xml",
+        "sitemap.xml",
+    ]
+    assert crawler.statistics().todo == 0
 
 
 # --- output files -------------------------------------------------------------------------

@@ -888,6 +888,12 @@ class StoredFrontier(MemoryFrontier):
             self.lost = f"cannot write the state file {self.file.path}: {exc}"
             raise FrontierLost(self.lost) from exc
         self._after_commit(waiting, committed)
+        if len(committed.loaded) < batch.load and self._unloaded:
+            # The file has no more queued rows than it gave: the count had drifted from it
+            # (a hand-edited file, or a bug). The file is the truth, and the count says
+            # when the crawl is over, so it follows the file rather than asking for ever.
+            LOGGER.warning("state file: %d queued rows were not there", self._unloaded)
+            self._unloaded = 0
 
     def _next_batch(self, *, starved: bool) -> tuple[_Batch, list[_Waiting]]:
         """What the next transaction writes: the batch, and the completions it carries

@@ -103,7 +103,7 @@ from benchmarks.measure import (
     run_measured,
     snapshot_package,
 )
-from benchmarks.nginx import free_port, serve_directory
+from benchmarks.nginx import find_program, free_port, serve_directory
 from benchmarks.slow_server import site_links
 from benchmarks.synthetic_site import generate
 
@@ -146,10 +146,8 @@ def find_redis_server() -> str:
     Raises:
         RedisServerError: If none of them exists, with the command that installs it.
     """
-    candidate = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    if candidate is None and os.access(_FALLBACK_REDIS, os.X_OK):
-        candidate = _FALLBACK_REDIS
-    if candidate is None or not os.access(candidate, os.X_OK):
+    candidate = find_program("REDIS_SERVER", "redis-server", _FALLBACK_REDIS)
+    if candidate is None:
         raise RedisServerError(
             "redis-server not found: apt-get install redis-server, or set REDIS_SERVER=/path"
         )

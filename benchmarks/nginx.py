@@ -95,16 +95,25 @@ class NginxError(RuntimeError):
     """nginx is missing, or did not start and answer."""
 
 
+def find_program(variable: str, name: str, fallback: str) -> str | None:
+    """A server the harness starts: ``$variable``, else ``name`` on PATH, else Debian's
+    ``fallback`` path (for when /usr/sbin is not on PATH); None if none is executable."""
+    candidate = os.environ.get(variable) or shutil.which(name)
+    if candidate is None and os.access(fallback, os.X_OK):
+        candidate = fallback
+    if candidate is None or not os.access(candidate, os.X_OK):
+        return None
+    return candidate
+
+
 def find_nginx() -> str:
     """The nginx binary: ``$NGINX``, else ``nginx`` on PATH, else Debian's /usr/sbin/nginx.
 
     Raises:
         NginxError: If none of them exists, with the command that installs it.
     """
-    candidate = os.environ.get("NGINX") or shutil.which("nginx")
-    if candidate is None and os.access(_FALLBACK_NGINX, os.X_OK):
-        candidate = _FALLBACK_NGINX
-    if candidate is None or not os.access(candidate, os.X_OK):
+    candidate = find_program("NGINX", "nginx", _FALLBACK_NGINX)
+    if candidate is None:
         raise NginxError(f"nginx not found: {INSTALL_HINT}")
     return candidate
 

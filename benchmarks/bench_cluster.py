@@ -98,12 +98,13 @@ from benchmarks.measure import (
     ChildCost,
     markdown_table,
     package_identity,
+    parts_argument,
     raise_open_file_limit,
     run_main,
     run_measured,
     snapshot_package,
 )
-from benchmarks.nginx import find_program, free_port, serve_directory
+from benchmarks.nginx import find_program, free_port, serve_directory, stop_process
 from benchmarks.slow_server import site_links
 from benchmarks.synthetic_site import generate
 
@@ -121,8 +122,6 @@ _READY_ATTEMPTS = 200
 _READY_INTERVAL = 0.025
 # Fresh ports to try when the one picked was taken before redis-server could bind it.
 _PORT_ATTEMPTS = 5
-# Seconds redis-server gets to exit after SIGTERM (with nothing to save, it exits at once).
-_STOP_TIMEOUT = 5.0
 # How long the joiners wait for the creator to make the crawl (it imports the package,
 # connects and runs one script: about a second here), and how often they look.
 _CREATE_TIMEOUT = 60.0
@@ -336,7 +335,7 @@ def serve_redis() -> Iterator[RedisServer]:
             finally:
                 if connection is not None:
                     connection.close()
-                _stop(process)
+                stop_process(process)
         raise RedisServerError(f"redis-server found no free port in {_PORT_ATTEMPTS} attempts")
 
 
@@ -361,17 +360,6 @@ def _connect_when_ready(process: subprocess.Popen[bytes], port: int) -> RedisCon
         f"redis-server did not answer on 127.0.0.1:{port} in "
         f"{_READY_ATTEMPTS * _READY_INTERVAL:g} s"
     )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop redis-server by its PID: SIGTERM, then SIGKILL if it is still there."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(_STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 # -- the crawls -----------------------------------------------------------------------------
@@ -944,15 +932,6 @@ def slow_part(args: argparse.Namespace, context: Context) -> tuple[str, bool]:
 # -- the command line -------------------------------------------------------------------------
 
 
-def _parts(text: str) -> list[str]:
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts or any(part not in PARTS for part in parts):
-        raise argparse.ArgumentTypeError(
-            f"--only takes a comma-separated list of {', '.join(PARTS)}, not {text!r}"
-        )
-    return parts
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pages", type=int, default=10_000, help="synthetic site size")
@@ -960,7 +939,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tasks", type=int, default=100, help="--max-tasks of each process")
     parser.add_argument(
         "--only",
-        type=_parts,
+        type=parts_argument(PARTS),
         default=list(PARTS),
         metavar="PARTS",
         help=f"comma-separated, from {','.join(PARTS)} (default: both)",

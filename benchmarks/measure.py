@@ -18,6 +18,7 @@ by every script that prints a table.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import os
@@ -161,6 +162,20 @@ def run_measured(
         steal_percent=100 * (steal_end - steal_start) / max(1, total_end - total_start),
         timed_out=timed_out.is_set(),
     )
+
+
+def parts_argument(parts: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type for ``--only``: a comma-separated list of some of ``parts``."""
+
+    def parse(text: str) -> list[str]:
+        chosen = [part.strip() for part in text.split(",") if part.strip()]
+        if not chosen or any(part not in parts for part in chosen):
+            raise argparse.ArgumentTypeError(
+                f"--only takes a comma-separated list of {', '.join(parts)}, not {text!r}"
+            )
+        return chosen
+
+    return parse
 
 
 def run_main(main: Callable[[], None], name: str) -> None:

@@ -160,7 +160,7 @@ def serve_directory(root: str | Path) -> Iterator[str]:
                 if "Address already in use" not in log:
                     raise NginxError(f"nginx did not start on 127.0.0.1:{port}:\n{log}")
             finally:
-                _stop(process)
+                stop_process(process)
         raise NginxError(f"nginx found no free port in {_PORT_ATTEMPTS} attempts")
 
 
@@ -193,8 +193,9 @@ def _error_log(tmp: str) -> str:
     return "".join(parts)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop nginx by its PID: SIGTERM (nginx's fast shutdown), then SIGKILL if it hangs."""
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Stop a server the harness started, by its PID: SIGTERM (nginx's fast shutdown, and
+    redis-server's), then SIGKILL if it is still there after a few seconds."""
     if process.poll() is None:
         process.terminate()
         try:

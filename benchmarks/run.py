@@ -50,7 +50,7 @@ if __package__ in (None, ""):
 
 from benchmarks import bench_cluster, bench_engines, bench_slow
 from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_environment
-from benchmarks.measure import GNU_TIME, run_main, snapshot_package
+from benchmarks.measure import GNU_TIME, parts_argument, run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
 PARTS = ("synthetic", "docs", "slow", "state", "durable", "cluster")
@@ -59,16 +59,6 @@ BENCH_STATE = Path(__file__).resolve().parent / "bench_state.py"
 BENCH_DURABLE = Path(__file__).resolve().parent / "bench_durable.py"
 # bench_state.py runs in under a minute, bench_durable.py in about five; more is a hang.
 STATE_TIMEOUT = 2400.0
-
-
-def _parts(text: str) -> list[str]:
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [part for part in parts if part not in PARTS]
-    if unknown or not parts:
-        raise argparse.ArgumentTypeError(
-            f"--only takes a comma-separated list of {', '.join(PARTS)}, not {text!r}"
-        )
-    return parts
 
 
 def _numbers(text: str) -> list[int]:
@@ -88,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tool (medians)")
     parser.add_argument(
         "--only",
-        type=_parts,
+        type=parts_argument(PARTS),
         default=list(PARTS),
         metavar="PARTS",
         help=f"comma-separated, from {','.join(PARTS)} (default: all, in that order)",

@@ -136,7 +136,13 @@ class Driver:
         options: dict[str, Any] = {}
         if "obey_robots" in inspect.signature(CrawlConfig.create).parameters:
             options["obey_robots"] = False
-        self.state = _state.CrawlState(CrawlConfig.create([root], **options))
+        config = CrawlConfig.create([root], **options)
+        try:  # the factory of the stores, where this tree has one
+            from trio_crawler._stores import open_store
+        except ImportError:
+            self.state = _state.CrawlState(config)
+        else:
+            self.state = _state.CrawlState(config, frontier=open_store(config))
         self._clocked = "now" in inspect.signature(self.state.next_request).parameters
         self._now = 0.0
 

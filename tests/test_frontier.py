@@ -1,5 +1,6 @@
-"""The in-memory frontier stepped by hand: its operations, and the invariants every store
-behind the same operations must keep (pending = queued + in flight; no URL both)."""
+"""The memory store and the per-origin scheduler it is built on, stepped by hand: their
+operations, and the invariants every store behind the same operations must keep (pending =
+queued + in flight; no URL both)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_crawler._events import FetchRequest, RobotsRequest
-from trio_crawler._frontier import (
-    OUT_OF_BUDGET,
-    Added,
-    Disallowed,
-    MemoryFrontier,
-    RobotsState,
-    Unfetchable,
-)
+from trio_crawler._frontier import OUT_OF_BUDGET, Disallowed, RobotsState, Unfetchable
 from trio_crawler._robots import RobotsRules
+from trio_crawler._store_memory import Added, MemoryFrontier
 
 A = "http://a.example/"
 B = "http://b.example/"
@@ -103,7 +98,7 @@ def test_out_of_budget_takes_nothing_but_retries_still_go_out() -> None:
     assert store.take(now=0.0, start_new=False) is OUT_OF_BUDGET
     assert store.queued == 1
     retry = FetchRequest(url=first.url, redirects_left=0, attempt=2)
-    store.retry_later(retry, not_before=0.0)
+    store.retry_later(retry, not_before=0.0, now=0.0)
     assert store.take(now=0.0, start_new=False) == retry  # not a new URL: it may go
 
 
@@ -121,7 +116,7 @@ def test_the_delay_runs_from_each_start_and_retry_after_holds_the_origin() -> No
     assert store.next_wakeup() == 13.0
     assert store.take(now=13.0, start_new=True) == FetchRequest(url=A + "x", redirects_left=0)
     store.retry_later(
-        FetchRequest(url=A, redirects_left=0, attempt=2), not_before=100.0
+        FetchRequest(url=A, redirects_left=0, attempt=2), not_before=100.0, now=13.0
     )  # Retry-After
     assert store.take(now=99.0, start_new=True) is None
 
@@ -132,7 +127,7 @@ def test_max_per_host_bounds_an_origins_requests_in_flight() -> None:
     first = store.take(now=0.0, start_new=True)
     assert isinstance(first, FetchRequest)
     assert store.take(now=0.0, start_new=True) is None
-    store.complete(first)
+    store.scheduler.complete(first)
     assert store.take(now=0.0, start_new=True) == FetchRequest(url=A + "x", redirects_left=0)
 
 
@@ -183,7 +178,7 @@ def test_pending_is_queued_plus_in_flight_and_no_url_is_both(
             if isinstance(taken, RobotsRequest):
                 store.started(taken, now=now)
                 store.robots_settled(taken, rules=rules("User-agent: *\nDisallow: /2\n"), now=now)
-                assert store._origins[taken.origin].robots is RobotsState.KNOWN
+                assert store.scheduler.origin_state(taken.origin).robots is RobotsState.KNOWN
             elif isinstance(taken, FetchRequest):
                 store.started(taken, now=now)
                 leased.append(taken)
@@ -192,7 +187,7 @@ def test_pending_is_queued_plus_in_flight_and_no_url_is_both(
         elif leased:
             request = leased.pop(0)
             if action == "complete":
-                store.complete(request)
+                store.scheduler.complete(request)
                 settled.add(request.url)
             elif action == "retry":
                 retry = FetchRequest(url=request.url, redirects_left=0, attempt=request.attempt + 1)
@@ -202,7 +197,7 @@ def test_pending_is_queued_plus_in_flight_and_no_url_is_both(
                 store.give_back(request)
             else:
                 retry = FetchRequest(url=request.url, redirects_left=0, attempt=request.attempt + 1)
-                store.retry_later(retry, not_before=now + 1.0)
+                store.retry_later(retry, not_before=now + 1.0, now=now)
         in_flight = {request.url for request in leased}
         assert store.in_flight == in_flight
         assert store.in_flight_count == len(in_flight)  # robots.txt is settled at once here

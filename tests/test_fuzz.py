@@ -41,6 +41,7 @@ from trio_crawler._fetch import _retry_after
 from trio_crawler._links import choose_encoding, extract_links, parse_content_type
 from trio_crawler._state import REDIRECT_STATUSES, ROBOTS_DISALLOWED, CrawlState
 from trio_crawler._stats import FetchStatistic
+from trio_crawler._stores import open_store
 from trio_crawler._urls import normalize_url
 
 from support import finish
@@ -734,7 +735,7 @@ class Driver:
 
     def __init__(self, config: CrawlConfig) -> None:
         self.written: list[FetchStatistic] = []
-        self.state = CrawlState(config, on_record=self.written.append)
+        self.state = CrawlState(config, frontier=open_store(config), on_record=self.written.append)
         self.outstanding: list[FetchRequest] = []
         self.handed_out: list[FetchRequest] = []
         self.errors_given: set[str] = set()  # the texts of the FetchErrors answered

@@ -24,6 +24,7 @@ from trio_crawler._events import FetchRequest, Response, RobotsRequest
 from trio_crawler._sitemaps import MAX_LOCS, read_sitemap
 from trio_crawler._state import CrawlState
 from trio_crawler._stats import FetchStatistic
+from trio_crawler._stores import open_store
 
 from conftest import Engine
 from demo_expectations import expected_urls
@@ -140,7 +141,7 @@ def test_a_gzip_bomb_stops_at_the_limit_with_bounded_memory() -> None:
 def make_state(**options: Any) -> tuple[CrawlState, list[FetchStatistic]]:
     written: list[FetchStatistic] = []
     config = CrawlConfig.create([ROOT], sitemaps=True, **options)
-    return CrawlState(config, on_record=written.append), written
+    return CrawlState(config, frontier=open_store(config), on_record=written.append), written
 
 
 def take(state: CrawlState) -> FetchRequest:

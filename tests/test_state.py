@@ -14,10 +14,13 @@ limits; test_manners.py shows the same rules on the wire, on every engine.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from stores import STORES, make_core
 
-from trio_crawler._config import MAX_HOST_DELAY, CrawlConfig
+from trio_crawler._config import MAX_HOST_DELAY
 from trio_crawler._events import (
     FetchError,
     FetchRequest,
@@ -41,11 +44,24 @@ ROBOTS = "http://example.com/robots.txt"
 REFUSED = FetchError(error="ConnectError: refused", retryable=True)
 
 
+# Every scenario runs on every store (tests/stores.py): the store the running test is
+# parametrised with, and a directory for its files.
+_store: tuple[str, Path] = ("memory", Path())
+
+
+@pytest.fixture(autouse=True, params=STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    global _store
+    _store = (request.param, tmp_path)
+    yield request.param
+    _store = ("memory", Path())
+
+
 def make_state(*roots: str, **options: object) -> tuple[CrawlState, list[FetchStatistic]]:
-    """A crawl of ``roots`` (ROOT if none) with robots.txt obeyed unless told otherwise."""
-    written: list[FetchStatistic] = []
-    config = CrawlConfig.create(roots or [ROOT], **options)  # type: ignore[arg-type]
-    return CrawlState(config, on_record=written.append), written
+    """A crawl of ``roots`` (ROOT if none) with robots.txt obeyed unless told otherwise,
+    on the store the test runs on."""
+    kind, directory = _store
+    return make_core(kind, list(roots or [ROOT]), directory, **options)
 
 
 def take(state: CrawlState, now: float = 0.0) -> FetchRequest:

@@ -12,7 +12,7 @@ import random
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,11 +20,13 @@ import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stores import manual_runtime
 
 from trio_crawler._config import CrawlConfig
 from trio_crawler._events import Committing, FetchRequest, Response
 from trio_crawler._state import CrawlState
-from trio_crawler._statefile import StateFile, StateFileError, StoredFrontier, open_store
+from trio_crawler._statefile import StateFile, StateFileError
+from trio_crawler._store_sqlite import StoredFrontier, open_state_store
 from trio_crawler.engine_trio import Crawler
 
 from httpserver import Reply, open_test_server
@@ -34,24 +36,11 @@ T = TypeVar("T")
 ROOT = "http://site.test/0"
 
 
-def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends to its end."""
-    try:
-        coroutine.send(None)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    raise AssertionError("the coroutine suspended")
-
-
-async def in_this_thread(function: Callable[[], T]) -> T:
-    return function()
-
-
 def open_crawl(path: Path, **options: Any) -> tuple[CrawlState, StoredFrontier]:
     config = CrawlConfig.create([ROOT], obey_robots=False, state=str(path), **options)
-    store = open_store(config)
-    state = CrawlState(config, frontier=store, resumed=store.file.resumed())
-    store.limit_counts = state.limit_counts
+    store = open_state_store(config)
+    state = CrawlState(config, frontier=store, resumed=store.resumed())
+    store.use_runtime(manual_runtime(state))
     return state, store
 
 
@@ -68,7 +57,7 @@ def test_pages_fetched_when_the_crawl_is_cut_short_are_committed_on_close(
     again (only a kill, which closes nothing, costs that)."""
     path = tmp_path / "crawl.db"
     state, store = open_crawl(path)
-    run_now(store.flush(in_this_thread, starved=True))  # the root's row into the window
+    store.commit_waiting()  # the root's row into the window
     request = state.next_request(now=0.0)
     assert request is not None
     assert request.url == ROOT
@@ -110,7 +99,7 @@ def test_pending_count_matches_a_model_through_kills(
     finishing: list[int] = []  # handed to the store, not committed yet
 
     def flush() -> None:
-        run_now(store.flush(in_this_thread, starved=True))
+        store.commit_waiting()
         for number in finishing:
             done.add(number)
             seen.update(links[number])
@@ -159,10 +148,10 @@ def finished_state(tmp_path: Path) -> Path:
     """A state file of a small finished crawl."""
     path = tmp_path / "crawl.db"
     state, store = open_crawl(path)
-    run_now(store.flush(in_this_thread, starved=True))
+    store.commit_waiting()
     while (request := state.next_request(now=0.0)) is not None:
         state.attempt_finished(request, html([]), now=0.0)
-        run_now(store.flush(in_this_thread, starved=True))
+        store.commit_waiting()
     store.close()
     return path
 
@@ -382,9 +371,9 @@ def test_damaged_rows_are_skipped_not_fatal(
     db.close()
     state, store = open_crawl(finished_state)
     assert store.queued == 2
-    run_now(store.flush(in_this_thread, starved=True))
+    store.commit_waiting()
     assert state.next_request(now=0.0) is None
-    run_now(store.flush(in_this_thread))
+    store.commit_waiting()
     assert state.finished
     assert [record.url for record in store.records()] == [ROOT]
     store.close()

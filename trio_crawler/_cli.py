@@ -24,20 +24,20 @@ import functools
 import logging
 import signal
 import sys
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING
 
 import anyio
 
 from ._cli_args import ENGINES, PROG, AnyCrawler, CommandLine, UsageError, parse_args
 from ._config import ConfigError
-from ._output import JsonLinesWriter
+from ._output import OutputFiles
 from ._report import format_report
+from ._stores import find_stored_roots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
     from ._progress import ProgressDisplay
-    from ._warc import WarcWriter
 
 # main is the console entry point; ENGINES and parse_args are _cli_args', named here too
 # for code that reads them from the command's module.
@@ -50,13 +50,6 @@ EXIT_FAILED = 1  # the crawl's store was lost (--state file unwritable)
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention for "killed by Ctrl-C"
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
-
-
-class _Closable(Protocol):
-    def close(self) -> None: ...
-
-
-_Output = TypeVar("_Output", bound=_Closable)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,31 +75,25 @@ def _main(argv: Sequence[str] | None) -> int:
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    # With --state the outputs are kept, and cut back to what the state file says they
-    # held once it is open (see the "Long crawls" section of the README).
-    append = options.crawl.state is not None
-    with contextlib.ExitStack() as outputs:
-        try:
-            writer = _open_output(
-                outputs,
-                "--output",
-                options.output,
-                functools.partial(JsonLinesWriter.open, append=append),
-            )
-            warc = _open_output(
-                outputs, "--warc", options.warc, functools.partial(_open_warc, append=append)
-            )
-        except UsageError as exc:
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        progress = _open_progress(options)
-        _configure_logging(options.log_level, progress)
-        if options.serve_demo:
-            return anyio.run(_serve_demo_until_signal, options.port or 0, backend="trio")
-        if options.status:
-            return _print_status(options)
-        _pad_the_heap()
-        return CrawlRun(options, writer, warc, progress).run()
+    # The output files are only looked at here; they are opened once every check that
+    # can refuse the run has passed, the store's included (see _output.py).
+    outputs = OutputFiles(output=options.output, warc=options.warc)
+    try:
+        outputs.check()
+    except ConfigError as exc:
+        print(f"{PROG}: error: --{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    progress = _open_progress(options)
+    _configure_logging(options.log_level, progress)
+    if options.serve_demo:
+        return anyio.run(_serve_demo_until_signal, options.port or 0, backend="trio")
+    if options.status:
+        return _print_status(options)
+    _pad_the_heap()
+    try:
+        return CrawlRun(options, outputs, progress).run()
+    finally:
+        outputs.close()
 
 
 def _print_status(options: CommandLine) -> int:
@@ -163,29 +150,8 @@ def _pad_the_heap() -> bool:
     return bool(mallopt(_M_TOP_PAD, HEAP_TOP_PAD))
 
 
-def _open_output(
-    outputs: contextlib.ExitStack, flag: str, path: str | None, opener: Callable[[str], _Output]
-) -> _Output | None:
-    """Open an output file, closed with ``outputs``; one that cannot be opened is a usage
-    error, reported before any request is made."""
-    if path is None:
-        return None
-    try:
-        opened = opener(path)
-    except OSError as exc:
-        raise UsageError(f"{flag} {path!r}: {exc.strerror or exc}") from None
-    outputs.callback(opened.close)
-    return opened
-
-
 # The demo server (hypercorn), the progress display (rich) and the WARC writer (warcio) are
 # imported only when used: together they are a third of the command's start-up time.
-
-
-def _open_warc(path: str, *, append: bool = False) -> WarcWriter:
-    from ._warc import WarcWriter
-
-    return WarcWriter.open(path, append=append)
 
 
 def _open_progress(options: CommandLine) -> ProgressDisplay | None:
@@ -207,15 +173,10 @@ class CrawlRun:
     """
 
     def __init__(
-        self,
-        options: CommandLine,
-        writer: JsonLinesWriter | None,
-        warc: WarcWriter | None,
-        progress: ProgressDisplay | None,
+        self, options: CommandLine, outputs: OutputFiles, progress: ProgressDisplay | None
     ) -> None:
         self.options = options
-        self.writer = writer
-        self.warc = warc
+        self.outputs = outputs
         self.progress = progress
         self.crawler: AnyCrawler | None = None  # made by _crawl_until_signal
         # A --state file or --frontier server that cannot be used (a ConfigError of theirs).
@@ -250,23 +211,16 @@ class CrawlRun:
 
     def _make_crawler(self, roots: Sequence[str]) -> AnyCrawler:
         crawler_class = ENGINES[self.options.engine][0]
-        stored = self.options.crawl.state is not None
+        outputs = self.outputs
         crawler = crawler_class(
             roots,
-            # With --state the store copies each record to -o once it is committed.
-            on_record=self.writer.write if self.writer is not None and not stored else None,
-            on_exchange=self.warc.write_exchange if self.warc is not None else None,
+            on_record=outputs.write_record if outputs.output_path is not None else None,
+            on_exchange=outputs.write_exchange if outputs.warc_path is not None else None,
             on_progress=self.progress.update if self.progress is not None else None,
             **self.options.crawl.keywords(),
         )
-        if self.options.crawl.state is not None:
-            from ._statefile import StoredFrontier
-
-            assert isinstance(crawler.store, StoredFrontier)
-            if self.writer is not None:
-                crawler.store.attach_output(self.writer)
-            if self.warc is not None:
-                self.warc.resume(crawler.store)
+        # The files open once the store's session is (a shared crawl joined).
+        crawler.open_outputs = outputs.open
         self.crawler = crawler
         return crawler
 
@@ -285,11 +239,14 @@ class CrawlRun:
 
                     roots = [await task_group.start(serve_demo)]
                 try:
-                    frontier = self.options.crawl.frontier
-                    if frontier is not None and not roots:  # joining: the server names them
-                        from ._cluster import shared_roots
-
-                        roots = await shared_roots(frontier, self.options.crawl.crawl_id)
+                    if not roots:  # resuming or joining: the store names them
+                        crawl = self.options.crawl
+                        roots = (
+                            await find_stored_roots(
+                                state=crawl.state, frontier=crawl.frontier, crawl_id=crawl.crawl_id
+                            )
+                            or ()
+                        )
                     crawler = self._make_crawler(roots)
                 except ConfigError as exc:  # the options were checked: this is the store's
                     self.unusable_state = exc
@@ -339,18 +296,6 @@ def _signals_held() -> Iterator[list[int]]:
 
 
 def _report(crawler: AnyCrawler) -> str:
-    notes = []
-    if crawler.config.frontier is not None:
-        from ._cluster import RedisFrontier
-
-        assert isinstance(crawler.store, RedisFrontier)
-        # Each process reports its own records; one line says where the whole crawl is.
-        shared = crawler.store.shared
-        notes.append(
-            f"Shared crawl {crawler.config.crawl_id}: {shared.done} done, "
-            f"{shared.failed} failed, {shared.queued} queued, {shared.leased} leased"
-            f"{', finished' if shared.finished else ''}"
-        )
     return format_report(
         crawler.done,
         elapsed=crawler.elapsed,
@@ -358,7 +303,7 @@ def _report(crawler: AnyCrawler) -> str:
         todo=crawler.statistics().todo,
         finish_reason=crawler.finish_reason or "interrupted",
         extra_counters=crawler.limit_counts,
-        notes=notes,
+        notes=crawler.store.report_notes(),
     )
 
 

@@ -17,14 +17,16 @@ from __future__ import annotations
 import abc
 import enum
 import logging
+import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_options
 from ._events import Committing, Retry
 from ._fetch import DEFAULT_USER_AGENT, Fetcher
-from ._frontier import FrontierLost
+from ._frontier import FrontierLost, StoreRuntime
 from ._state import CrawlCounts, CrawlState
+from ._stores import open_store, stored_roots_now
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -32,11 +34,10 @@ if TYPE_CHECKING:
 
     import httpx
 
-    from ._cluster import RedisFrontier
     from ._config import CrawlKeywords
     from ._events import Exchange, FetchRequest, Outcome
     from ._fetch import Client
-    from ._statefile import StoredFrontier
+    from ._frontier import Store, StoreShell
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -108,11 +109,8 @@ class CrawlerBase(abc.ABC):
         """Check the roots and the options; ``crawl()`` runs the crawl."""
         reject_unknown_options(options, function=f"{type(self).__name__}.__init__")
         roots = list(roots) if not isinstance(roots, str) else roots
-        state_path = options.get("state")
-        if state_path and not roots:
-            from ._statefile import stored_roots
-
-            roots = list(stored_roots(state_path))  # resuming: the file names the roots
+        if not roots:  # resuming a state file: the file names the roots
+            roots = list(stored_roots_now(state=options.get("state") or None) or ())
         self.config = CrawlConfig.create(roots, **options)
         if not (isinstance(progress_interval, int | float) and progress_interval > 0):
             raise ConfigError(
@@ -128,34 +126,19 @@ class CrawlerBase(abc.ABC):
             user_agent=self.config.user_agent or DEFAULT_USER_AGENT,
             keep_exchanges=on_exchange is not None,
         )
-        # A durable store, by kind: --state keeps the crawl in a file, --frontier on a
-        # server. Each module is imported only for a crawl that uses it: sqlite3, and the
-        # scripts and client of the shared frontier, would add tens of milliseconds to the
-        # start of every crawl in memory.
-        self._stored: StoredFrontier | None = None
-        self._shared: RedisFrontier | None = None
-        if self.config.frontier is not None:
-            from ._cluster import RedisFrontier
-
-            self._shared = RedisFrontier(self.config)
-            self.state = CrawlState(self.config, on_record=on_record, frontier=self._shared)
-            self._shared.scheduling = lambda: not self.state.scheduling_stopped
-        elif self.config.state is not None:
-            from ._statefile import open_store
-
-            self._stored = open_store(self.config)
-            self.state = CrawlState(
-                self.config,
-                on_record=on_record,
-                frontier=self._stored,
-                resumed=self._stored.file.resumed(),
-            )
-            self._stored.limit_counts = self.state.limit_counts
-        else:
-            self.state = CrawlState(self.config, on_record=on_record)
-        self.store: StoredFrontier | RedisFrontier | None = (
-            self._stored if self._stored is not None else self._shared
+        # The crawl's store, behind the two seams of _frontier.py: the core takes its
+        # frontier, the shell awaits the rest (see _stores.py for which kinds exist).
+        self.store: Store = open_store(self.config)
+        self.state = CrawlState(
+            self.config,
+            frontier=self.store,
+            on_record=on_record,
+            resumed=self.store.resumed(),
         )
+        # Called with the store once its session is open, before the first request: the
+        # command line opens its output files there (see _output.py), so that a store that
+        # refuses the run (a shared crawl of other roots) has changed no file.
+        self.open_outputs: Callable[[StoreShell], None] | None = None
         self._on_exchange = on_exchange
         self._on_progress = on_progress
         self._progress_interval = float(progress_interval)
@@ -187,11 +170,11 @@ class CrawlerBase(abc.ABC):
         """The records, in the order URLs finished.
 
         With ``state``, they are read from the file (the whole crawl's, every run of it),
-        so read them after the crawl rather than during it.
+        so read them after the crawl rather than during it. With ``frontier``, they are
+        this process's records.
         """
-        if self._stored is not None:
-            return self._stored.records()
-        return self.state.done
+        kept = self.store.records()
+        return self.state.done if kept is None else kept
 
     def statistics(self) -> CrawlCounts:
         """A frozen snapshot of the crawl's progress."""
@@ -271,21 +254,28 @@ class CrawlerBase(abc.ABC):
     # -- what the engines share ----------------------------------------------------------
 
     @asynccontextmanager
-    async def _shared_session(self) -> AsyncIterator[None]:
-        """Around a crawl with ``frontier``: join the shared crawl, and leave it.
+    async def _store_session(self) -> AsyncIterator[None]:
+        """Around a crawl: the store's session (a shared crawl is joined and left here).
 
         Raises:
-            ClusterError: The server cannot be reached, or holds another crawl by that name.
+            ConfigError: The store cannot be used (a shared frontier's server cannot be
+                reached, or holds another crawl by that name); nothing was fetched.
         """
-        if self._shared is None:
-            yield
-            return
-        async with self._shared.session(
-            run=self._shielded,
+        now = self._now()
+        runtime = StoreRuntime(
             clock=self._now,
+            # The one reading of the wall clock: see StoreRuntime.wall_time.
+            wall_offset=time.time() - now,
+            run_in_thread=self._in_thread,
+            shielded=self._shielded,
             wake=self._wake_dispatcher,
             on_lost=self._store_lost,
-        ):
+            scheduling=lambda: not self.state.scheduling_stopped,
+            limit_counts=lambda: self.state.limit_counts,
+        )
+        async with self.store.session(runtime):
+            if self.open_outputs is not None:
+                self.open_outputs(self.store)
             yield
 
     def _store_lost(self, exc: FrontierLost) -> None:
@@ -299,12 +289,7 @@ class CrawlerBase(abc.ABC):
         """Attempt one URL until the core has its record (retries are the core's call)."""
         while True:
             self.state.attempt_started(request, now=self._now())
-            if self._shared is not None and self._shared.must_sync(request):
-                # Its host has a delay, which every process times from this instant.
-                try:
-                    await self._shared.sync()
-                except FrontierLost as exc:
-                    self._store_lost(exc)
+            await self.store.before_attempt(request)
             outcome = await self._attempt(client, request)
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
@@ -316,26 +301,24 @@ class CrawlerBase(abc.ABC):
             # A durable store makes the record once its change is written. The worker holds
             # its URL until then, so what a kill can cost is what the workers hold: at most
             # one URL each (--max-tasks in all), fetched again by the next run.
-            assert self.store is not None
             try:
-                await self.store.settle(request, self._in_thread)
+                await self.store.settle(request)
             except FrontierLost as exc:
                 self._store_lost(exc)
-        elif self.store is not None and self.store.has_work(starved=False):
+        elif self.store.has_work(starved=False):
             await self._flush_store(starved=False)
 
     async def _flush_store(self, *, starved: bool) -> None:
-        """Commit what waits for the state file (and, when ``starved``, load more of its
-        queue); a file that cannot be written stops the crawl."""
-        assert self.store is not None
+        """Keep what waits for the store (and, when ``starved``, load or lease more work);
+        a store that cannot be written stops the crawl."""
         try:
-            await self.store.flush(self._in_thread, starved=starved)
+            await self.store.flush(starved=starved)
         except FrontierLost as exc:
             self._store_lost(exc)
 
     def _store_needs(self) -> bool:
         """For a dispatcher with nothing to hand out: whether a flush could change that."""
-        return self.store is not None and self.store.has_work(starved=True)
+        return self.store.has_work(starved=True)
 
     def _begin(self) -> float:
         """Enter ``crawl()``: check that this Crawler has not crawled; return the start time."""
@@ -353,8 +336,7 @@ class CrawlerBase(abc.ABC):
         """
         self._phase = Phase.ENDED
         self.elapsed = self._now() - start
-        if self.store is not None:
-            self.store.close()
+        self.store.close()
         if deadline_passed is None:
             self.finish_reason = "interrupted"
         elif self.finish_reason is None:

@@ -1,73 +1,100 @@
-"""The frontier: which URL goes out next, per origin, politely.
+"""The frontier: the two interfaces every store implements, and the values they pass.
 
 Theory of operation
 -------------------
-The frontier holds what a crawl has still to do and what it has seen. It answers two
-questions for the core, and nothing else:
+A crawl's decisions are the core's (:class:`~trio_crawler._state.CrawlState`); what it has
+still to do and what it has seen are its *store's*. Three stores exist: in memory (the
+default), a SQLite file (``--state``) and a Redis server shared by many processes
+(``--frontier``). They meet the rest of the crawler at two seams, declared here as
+:class:`typing.Protocol` classes so that ``mypy --strict`` holds each store to them:
 
-* "is this link new?": the seen set, which every URL ever queued joins for good;
-* "what may be fetched now?": per-origin queues, handed out in the order URLs were found,
-  subject to each origin's robots.txt state, its politeness clock (``--delay``,
-  ``Crawl-delay``, ``Retry-After``) and its in-flight limit (``--max-per-host``).
+* :class:`Frontier`, what the pure core calls. It is synchronous and never blocks: the
+  core runs between two checkpoints of the engine, so a store answers from memory and
+  keeps what must reach its file or server for the shell to send. The operations are the
+  ones any frontier needs: take the next request at ``now``; note that it started; retry,
+  retry later or give back a request; settle an origin's robots.txt; and *finish* a URL,
+  which hands the store a :class:`Completion` (the URL's record and the links it offers)
+  and a function to call with the store's :class:`Settled` answer once the change is kept.
+  In memory that is at once; in a file, when the transaction commits; on a server, when
+  the script has run. Until then the URL stays in flight, so the crawl cannot finish
+  around an unwritten change.
+* :class:`StoreShell`, what the engine shell (:class:`~trio_crawler._crawler.CrawlerBase`)
+  awaits: open a session for the length of ``crawl()``; anything a request needs before
+  it goes out; flush the changes that wait; settle a finished URL (return once it is
+  kept); and, for the report and the outputs, the records and notes a store contributes.
+  The memory store's versions return at once.
 
-It makes no decision about what a response means, what is in scope or how many tries a URL
-gets: that is the core's (:class:`~trio_crawler._state.CrawlState`). It reads no clock:
-every operation that depends on time takes ``now`` from the engine. It owns every count of
-pending work, each kept in one place: :attr:`queued` changes only in ``_push``/``_pop``, the
-in-flight set only in ``_lease``/``_release``, and the robots.txt fetches in flight only in
-``_set_robots``. So the core's termination test (:attr:`pending` is zero) can never drift.
+Per-origin scheduling (queues, robots.txt state, politeness clocks, in-flight limits) is
+a building block, :class:`~trio_crawler._scheduler.OriginScheduler`, that each store
+*uses*; no store subclasses another. Which stores exist is known in one place only, the
+factory :func:`trio_crawler._stores.open_store`.
 
-Layout in memory. The frontier is kept per origin (scheme, host and port), because
-robots.txt, ``--delay`` and ``--max-per-host`` all apply per origin, and waiting for one
-host must not hold back URLs of another. Each origin has a FIFO of *batches*: the new links
-of one page share their depth and redirect budget, so a batch stores them as a list of plain
-strings and a request object is made only when a URL is handed out (a million queued URLs
-cost a list slot each, not an object each). A heap of ready origins, keyed by the sequence
-number of each one's oldest batch, hands URLs out in the order they were found, as the
-chapter's FIFO queue did, whenever no host limit is in the way; a second heap holds the
-origins waiting out their delay, keyed by when they may start again.
+Time is an input. The core passes the engine's clock reading ``now`` to every operation
+that depends on time, and the shell hands each store a :class:`StoreRuntime` whose clock is
+the engine's. The one conversion to wall-clock time, for what outlives the process (a
+``Retry-After`` wait kept in a state file), is :meth:`StoreRuntime.wall_time`.
 
-robots.txt, per origin, is a small state machine (:class:`RobotsState`)::
-
-    UNKNOWN --take()--> FETCHING --robots_settled(rules)----> KNOWN
-                            |  \\--robots_settled(failure)--> FAILED
-                            \\--give_back()--> UNKNOWN
-
-Before an origin's first URL, :meth:`take` hands out its ``/robots.txt`` and holds the
-origin's URLs until the outcome arrives, so concurrent workers wait for that one fetch
-rather than fetching it again; other origins go on meanwhile. A URL of a FAILED origin is
-handed out as :class:`Unfetchable` (it gets a failure record, unfetched), and a URL its
-KNOWN rules forbid as :class:`Disallowed`.
-
-The operations are the ones a durable or shared frontier needs too (see
-``docs/design.md``): add links and say how many were new; take the next request at
-``now``; complete, retry or give back a request; settle an origin's robots.txt. Each runs
-to completion, so a store that keeps them in a database transaction or a server-side
-script keeps the same invariants: pending = queued + in flight, and no URL both.
+This module imports nothing async, so the core can import it.
 """
 
 from __future__ import annotations
 
 import enum
-import heapq
-import logging
-from collections import deque
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from ._events import FetchRequest, KnownPage, RobotsRequest
-from ._robots import MAX_ROBOTS_REDIRECTS, RobotsRules, origin_of, robots_url
+from ._events import FetchRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
+    from contextlib import AbstractAsyncContextManager
 
+    from ._events import RobotsRequest
+    from ._output import ArchiveOutput, RecordOutput
+    from ._robots import RobotsRules
     from ._stats import FetchStatistic
 
-LOGGER = logging.getLogger("trio_crawler")
+__all__ = [
+    "GROUP_SIZE",
+    "GROUP_WINDOW",
+    "OUT_OF_BUDGET",
+    "Completion",
+    "Disallowed",
+    "Frontier",
+    "FrontierLost",
+    "Offer",
+    "OutOfBudget",
+    "OutputMode",
+    "Resumed",
+    "RobotsState",
+    "RunInThread",
+    "RunShielded",
+    "Settled",
+    "Store",
+    "StoreRuntime",
+    "StoreShell",
+    "Taken",
+    "Unfetchable",
+]
+
+_T = TypeVar("_T")
+
+
+class RunInThread(Protocol):
+    """The engine's shielded worker-thread call (``trio.to_thread.run_sync`` in a shielded
+    scope): a blocking function that started is always finished and its result applied."""
+
+    def __call__(self, function: Callable[[], _T], /) -> Awaitable[_T]: ...
+
+
+class RunShielded(Protocol):
+    """The engine's shielded await: a call to a server either completes or fails."""
+
+    def __call__(self, function: Callable[[], Awaitable[_T]], /) -> Awaitable[_T]: ...
 
 
 class RobotsState(enum.Enum):
-    """Where an origin's robots.txt stands; it decides what :meth:`MemoryFrontier.take` may
+    """Where an origin's robots.txt stands; it decides what :meth:`Frontier.take` may
     hand out for that origin."""
 
     UNKNOWN = "unknown"  # not asked yet: the origin's next request is its robots.txt
@@ -95,7 +122,7 @@ class Disallowed:
 
 
 class OutOfBudget(enum.Enum):
-    """The next request would start a new URL, and :meth:`MemoryFrontier.take` was told
+    """The next request would start a new URL, and :meth:`Frontier.take` was told
     none may start (the ``max_pages`` budget is spent). Nothing was taken."""
 
     TOKEN = "out of budget"
@@ -218,384 +245,120 @@ class FrontierLost(Exception):
     """
 
 
-@dataclass(frozen=True, slots=True)
-class Added:
-    """What :meth:`MemoryFrontier.add` did with the links it was given.
+class OutputMode(enum.Enum):
+    """How a store's crawl writes the output files (``-o``, ``--warc``): the one road
+    for records (:mod:`trio_crawler._outputs`) asks the store, never its kind."""
+
+    NEW = "new"  # a new crawl: the files are written from the start
+    RECONCILE = "reconcile"  # the store holds the records: cut back and caught up from it
+    APPEND = "append"  # records are this process's share: appended to, never truncated
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreRuntime:
+    """What the engine shell gives a store for a session: its clock and its primitives.
 
     Attributes:
-        new: Links not seen before; they are now seen, and queued unless disallowed.
-        disallowed: Of the new ones, how many the origin's known robots.txt rules turned away.
+        clock: The engine's clock (``trio.current_time()`` or the event loop's), the
+            ``now`` that the core passes too.
+        wall_offset: Seconds to add to ``clock()`` for the time of day; see
+            :meth:`wall_time`.
+        run_in_thread: Run a blocking function in a worker thread, shielded: a
+            transaction that started is finished and applied, even in a cancelled crawl.
+        shielded: Await a function shielded from cancellation, likewise.
+        wake: Wake the dispatcher (work came, or the end).
+        on_lost: Called when the store can no longer be written or reached.
+        scheduling: Whether the core still hands out requests.
+        limit_counts: The core's limit counters, for a store that keeps them.
     """
 
-    new: int
-    disallowed: int
+    clock: Callable[[], float]
+    wall_offset: float
+    run_in_thread: RunInThread
+    shielded: RunShielded
+    wake: Callable[[], None]
+    on_lost: Callable[[FrontierLost], None]
+    scheduling: Callable[[], bool]
+    limit_counts: Callable[[], Mapping[str, int]]
+
+    def wall_time(self, now: float) -> float:
+        """The time of day (seconds since the epoch) at the engine's clock reading ``now``.
+
+        The one conversion from the engine's clock to the wall clock: a store keeps a
+        deadline that must outlive the process (a ``Retry-After`` wait in a state file)
+        as a time of day, since the next process's engine clock starts anew. The offset
+        is read once, by the shell, when the session opens.
+        """
+        return now + self.wall_offset
 
 
-class _Batch:
-    """URLs queued together (one page's new links), handed out from ``next_index`` on."""
+class Frontier(Protocol):
+    """What the pure core calls: synchronous, never blocking (see the module docstring).
 
-    __slots__ = ("depth", "known", "next_index", "redirects_left", "sequence", "sitemap", "urls")
-
-    def __init__(
-        self, sequence: int, urls: list[str], *, depth: int, redirects_left: int, sitemap: int
-    ):
-        self.sequence = sequence
-        self.urls = urls
-        self.depth = depth
-        self.redirects_left = redirects_left
-        self.sitemap = sitemap
-        self.next_index = 0
-        # A recrawl's pages, by URL: what the last pass kept (stored frontiers only).
-        self.known: dict[str, KnownPage] | None = None
-
-
-class _Origin:
-    """One origin's queue, robots.txt state and politeness clock."""
-
-    __slots__ = (
-        "batches",
-        "delay",
-        "failure",
-        "in_flight",
-        "key",
-        "next_start",
-        "queued",
-        "ready",
-        "requeued",
-        "robots",
-        "rules",
-        "sleeping",
-        "unstarted",
-    )
-
-    def __init__(self, key: str, *, delay: float, rules: RobotsRules | None) -> None:
-        self.key = key
-        self.batches: deque[_Batch] = deque()
-        # Requests put back (a Retry-After wait, a retry waiting out the delay, an engine
-        # handing work back): they go first, and keep their attempt count.
-        self.requeued: deque[FetchRequest] = deque()
-        self.queued = 0
-        self.in_flight = 0  # pages and robots.txt of this origin handed out, not yet done
-        self.delay = delay
-        self.next_start = 0.0  # the earliest time the next request may start
-        self.robots = RobotsState.UNKNOWN if rules is None else RobotsState.KNOWN
-        self.rules = rules
-        self.failure: str | None = None  # the error, when robots is FAILED
-        # With a delay: requests handed out whose attempt has not started yet. The delay
-        # runs from a request's start, so none follows until the one before it has started.
-        self.unstarted: set[str] = set()
-        self.ready = False  # has an entry in the ready heap
-        self.sleeping = False  # has an entry in the sleeping heap
-
-    def head_sequence(self) -> int:
-        return -1 if self.requeued else self.batches[0].sequence
-
-    def head_is_new(self) -> bool:
-        """Whether the next request handed out would be a URL's first attempt."""
-        return not self.requeued or self.requeued[0].attempt == 1
-
-
-class MemoryFrontier:
-    """The frontier of one crawl, in memory: the default store.
-
-    Args:
-        delay: Seconds between the starts of two requests to one origin, at least.
-        obey_robots: Fetch each origin's robots.txt before its first URL. Without it every
-            origin starts with rules that allow everything.
-        max_per_host: Requests to one origin in flight at once, at most (None: no limit).
+    Counts have one meaning on every store: ``queued`` is every URL of the crawl waiting
+    to be handed out (in memory, in the file, on the server); ``in_flight_count`` the
+    requests this process holds (robots.txt included) and changes of its own not yet kept;
+    ``seen_count`` every URL the crawl has seen. For a shared crawl, URLs other processes
+    hold are in neither of this process's counts but in :meth:`StoreShell.report_notes`.
     """
-
-    def __init__(self, *, delay: float, obey_robots: bool, max_per_host: int | None) -> None:
-        self.seen: set[str] = set()
-        self._delay = delay
-        self._obey_robots = obey_robots
-        self._max_per_host = max_per_host
-        self._origins: dict[str, _Origin] = {}
-        self._ready: list[tuple[int, str]] = []  # heap of (head sequence, origin key)
-        self._sleeping: list[tuple[float, str]] = []  # heap of (next start, origin key)
-        self._sequence = 0
-        self._queued = 0
-        self._in_flight: set[str] = set()
-        self._robots_fetching = 0
-
-    # -- counts --------------------------------------------------------------------------
 
     @property
     def queued(self) -> int:
-        """URLs waiting to be handed out."""
-        return self._queued
+        """URLs waiting to be handed out, wherever the store keeps them."""
+        ...
 
     @property
     def in_flight(self) -> frozenset[str]:
-        """Page URLs handed out and not yet completed (robots.txt fetches not included)."""
-        return frozenset(self._in_flight)
+        """Page URLs this process holds (robots.txt fetches not included)."""
+        ...
 
     @property
     def in_flight_count(self) -> int:
-        """Requests handed out and not yet completed, robots.txt fetches included."""
-        return len(self._in_flight) + self._robots_fetching
-
-    def all_seen(self) -> set[str]:
-        """Every URL ever added."""
-        return self.seen
+        """Requests this process holds, robots.txt included, and changes not yet kept."""
+        ...
 
     @property
     def seen_count(self) -> int:
-        """URLs ever added."""
-        return len(self.seen)
+        """URLs the crawl has seen: queued, in flight, done or turned away."""
+        ...
 
-    def is_seen(self, url: str) -> bool:
-        """Whether ``url`` was ever added (queued, in flight, done or disallowed)."""
-        return url in self.seen
-
-    def unseen(self, urls: Iterable[str]) -> int:
-        """How many of ``urls`` were never added; asks, changes nothing."""
-        return sum(1 for url in urls if url not in self.seen)
-
-    # -- adding --------------------------------------------------------------------------
-
-    def add(
-        self,
-        urls: Iterable[str],
-        *,
-        depth: int,
-        redirects_left: int,
-        sitemap: int = 0,
-        first: bool = False,
-    ) -> Added:
-        """Mark ``urls`` seen and queue the new ones, one batch per origin, in order.
-
-        A URL whose origin's rules are known and forbid it is seen but not queued (and
-        logged); one whose origin's robots.txt is not known yet is queued and checked when
-        it is taken. ``sitemap`` marks them as sitemaps of that level; ``first`` puts them
-        ahead of everything their origin has queued (sitemaps go right after robots.txt).
-        """
-        fresh = []
-        for url in urls:
-            if url not in self.seen:
-                self.seen.add(url)
-                fresh.append(url)
-        disallowed = self._enqueue(
-            fresh, depth=depth, redirects_left=redirects_left, sitemap=sitemap, first=first
-        )
-        return Added(new=len(fresh), disallowed=disallowed)
-
-    def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
-        """Apply a :class:`Completion` whole, and call ``then`` with it and the answer.
-
-        Here ``then`` is called before this returns; a durable or shared store calls it
-        once the change is committed, so the URL stays in flight (and the crawl
-        unfinished) until then.
-        """
-        then(completion, self._apply(completion))
-
-    def _apply(self, completion: Completion) -> Settled:
-        new = disallowed = beyond = 0
-        for offer in completion.offers:
-            if offer.queue:
-                added = self.add(
-                    offer.urls,
-                    depth=offer.depth,
-                    redirects_left=offer.redirects_left,
-                    sitemap=offer.sitemap,
-                    first=offer.first,
-                )
-                new += added.new
-                disallowed += added.disallowed
-            else:
-                unseen = self.unseen(offer.urls)
-                new += unseen
-                beyond += unseen if offer.over_depth else 0
-        if completion.leased:
-            assert completion.request is not None
-            self.complete(completion.request)
-        return Settled(new=new, disallowed=disallowed, beyond=beyond)
-
-    def _enqueue(
-        self,
-        urls: Iterable[str],
-        *,
-        depth: int,
-        redirects_left: int,
-        sitemap: int,
-        first: bool,
-        check_rules: bool = True,
-    ) -> int:
-        """Queue ``urls`` (already deduplicated), one batch per origin; say how many known
-        robots.txt rules turned away. Without ``check_rules`` they are checked when taken."""
-        by_origin: dict[str, list[str]] = {}
-        disallowed = 0
-        for url in urls:
-            key = origin_of(url)
-            origin = self._origins.get(key)
-            if (
-                check_rules
-                and origin is not None
-                and origin.rules is not None
-                and not origin.rules.allowed(url)
-            ):
-                disallowed += 1
-                LOGGER.info("robots.txt disallows %s", url)
-                continue
-            by_origin.setdefault(key, []).append(url)
-        for key, batch_urls in by_origin.items():
-            origin = self._origins.get(key)
-            if origin is None:
-                origin = self._origins[key] = _Origin(
-                    key,
-                    delay=self._delay,
-                    rules=None if self._obey_robots else RobotsRules(),
-                )
-            if first:
-                origin.requeued.extendleft(
-                    FetchRequest(
-                        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap
-                    )
-                    for url in reversed(batch_urls)
-                )
-            else:
-                self._sequence += 1
-                origin.batches.append(
-                    _Batch(
-                        self._sequence,
-                        batch_urls,
-                        depth=depth,
-                        redirects_left=redirects_left,
-                        sitemap=sitemap,
-                    )
-                )
-            self._push(origin, len(batch_urls))
-        return disallowed
-
-    # -- taking --------------------------------------------------------------------------
+    def seen_urls(self) -> set[str]:
+        """The URLs the crawl has seen, as far as this process can list them: every one
+        in memory and in a state file (read from it: for after the crawl); in a shared
+        crawl, the ones this process was handed or added (the server's whole set is not
+        copied into every process; its size is :attr:`seen_count`)."""
+        ...
 
     def take(self, *, now: float, start_new: bool) -> Taken | None:
-        """The next request that may go out at ``now``, leased; None if none may yet.
-
-        None does not mean the frontier is empty: an origin may be waiting out its delay
-        (see :meth:`next_wakeup`), its robots.txt, or a slot under ``max_per_host``.
-
-        Args:
-            now: The engine's clock, in seconds.
-            start_new: Whether a URL's first attempt may be handed out. If not, and the next
-                request would be one, :data:`OUT_OF_BUDGET` comes back and nothing is taken.
-        """
-        while self._sleeping and self._sleeping[0][0] <= now:
-            _, key = heapq.heappop(self._sleeping)
-            origin = self._origins[key]
-            origin.sleeping = False
-            self._make_ready(origin)
-        while self._ready:
-            _, key = heapq.heappop(self._ready)
-            origin = self._origins[key]
-            origin.ready = False
-            if not self._can_start(origin):
-                continue  # made ready again when robots.txt arrives or a request ends
-            if origin.next_start > now:
-                origin.sleeping = True
-                heapq.heappush(self._sleeping, (origin.next_start, key))
-                continue
-            if origin.robots is RobotsState.UNKNOWN:
-                return self._take_robots(origin, now)
-            if not start_new and origin.head_is_new():
-                self._make_ready(origin)
-                return OUT_OF_BUDGET
-            request = self._pop(origin)
-            self._make_ready(origin)
-            if origin.robots is RobotsState.FAILED:
-                assert origin.failure is not None
-                return Unfetchable(request, origin.failure)
-            assert origin.rules is not None
-            if request.attempt == 1 and not origin.rules.allowed(request.url):
-                LOGGER.info("robots.txt disallows %s", request.url)
-                return Disallowed(request)
-            self._lease(origin, request, now)
-            return request
-        return None
+        """The next request that may go out at ``now``, now in flight; None if none may
+        yet. With ``start_new`` false, :data:`OUT_OF_BUDGET` instead of a URL's first
+        attempt (nothing taken)."""
+        ...
 
     def next_wakeup(self) -> float | None:
-        """When an origin now waiting out its delay may start; None if none waits."""
-        return self._sleeping[0][0] if self._sleeping else None
-
-    # -- what happens to a request handed out ---------------------------------------------
+        """When a request held back by a delay may go out; None if none is."""
+        ...
 
     def started(self, request: FetchRequest, *, now: float) -> None:
-        """An attempt for ``request`` starts now: its origin's delay runs from here.
-
-        :meth:`take` already starts the delay when it hands a request out, but a request
-        can wait for an idle worker after that; timing the delay from the real start keeps
-        requests to one origin ``delay`` apart however long they waited.
-        """
-        origin = self._origin(request)
-        if origin.delay:
-            origin.next_start = max(origin.next_start, now + origin.delay)
-        self._started_now(origin, request)
-
-    def complete(self, request: FetchRequest) -> None:
-        """``request``'s URL is done (it has its record): it leaves the frontier for good."""
-        origin = self._origin(request)
-        self._started_now(origin, request)
-        self._release(origin, request)
+        """An attempt for ``request`` starts at ``now``: its origin's delay runs from here."""
+        ...
 
     def retry(self, request: FetchRequest) -> bool:
-        """A retry of a request in flight: True to attempt it at once, on the same worker.
+        """A retry of ``request``: True to attempt it at once, False if it was queued again
+        to wait its origin's turn."""
+        ...
 
-        On an origin with a delay, a page's retry waits its turn like any request: it goes
-        back to the front of the origin's queue, and False comes back. A robots.txt retry
-        (or its redirect) is always made at once: nothing else of the origin goes out
-        while it is pending, so it cannot crowd the host.
-        """
-        origin = self._origin(request)
-        self._started_now(origin, request)
-        if not origin.delay or isinstance(request, RobotsRequest):
-            return True
-        self._requeue(origin, request)
-        return False
-
-    def retry_later(
-        self, request: FetchRequest, *, not_before: float, now: float | None = None
-    ) -> None:
-        """Put a request in flight back, first in line; its whole origin waits until then.
-
-        For ``Retry-After``: the header speaks for the server, not for one URL. ``now``
-        lets a durable store keep the wait across runs.
-        """
-        origin = self._origin(request)
-        self._started_now(origin, request)
-        origin.next_start = max(origin.next_start, not_before)
-        self._requeue(origin, request)
+    def retry_later(self, request: FetchRequest, *, not_before: float, now: float) -> None:
+        """Queue ``request`` again, first in line; its origin waits until ``not_before``."""
+        ...
 
     def give_back(self, request: FetchRequest) -> None:
-        """Take back a request handed out but never attempted: it goes out again later.
-
-        A robots.txt request given back leaves its origin as if it was never asked for.
-
-        Raises:
-            RuntimeError: If ``request`` is not in flight (an engine bug).
-        """
-        if isinstance(request, RobotsRequest):
-            origin = self._origins[request.origin]
-            if origin.robots is not RobotsState.FETCHING:
-                raise RuntimeError(f"{request.url} is not in flight; it cannot be given back")
-            origin.unstarted.discard(request.url)
-            origin.in_flight -= 1
-            self._set_robots(origin, RobotsState.UNKNOWN)
-            self._make_ready(origin)
-            return
-        if request.url not in self._in_flight:
-            raise RuntimeError(f"{request.url} is not in flight; it cannot be put back")
-        origin = self._origin(request)
-        self._started_now(origin, request)
-        self._requeue(origin, request)
+        """Take back a request handed out but never attempted."""
+        ...
 
     def is_leased(self, request: FetchRequest) -> bool:
-        """Whether ``request`` was handed out and is not yet completed or given back."""
-        if isinstance(request, RobotsRequest):
-            origin = self._origins.get(request.origin)
-            return origin is not None and origin.robots is RobotsState.FETCHING
-        return request.url in self._in_flight
-
-    # -- robots.txt ------------------------------------------------------------------------
+        """Whether ``request`` is in flight here."""
+        ...
 
     def robots_settled(
         self,
@@ -606,166 +369,83 @@ class MemoryFrontier:
         delay: float | None = None,
         now: float,
     ) -> None:
-        """An origin's robots.txt is decided: its ``rules``, or the ``failure`` to fetch it.
+        """An origin's robots.txt is decided: its ``rules``, or the ``failure`` to fetch it;
+        ``delay``, if given, is its new delay from ``now``."""
+        ...
 
-        ``delay``, if given, is the origin's new delay between requests (a ``Crawl-delay``
-        longer than ``--delay``), and runs from ``now``.
+    def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
+        """Apply ``completion`` whole; call ``then`` with it and the answer once it is
+        kept (at once in memory, after the transaction or script otherwise)."""
+        ...
+
+
+class StoreShell(Protocol):
+    """What the engine shell awaits of a store (see the module docstring)."""
+
+    output_mode: OutputMode
+
+    def resumed(self) -> Resumed | None:
+        """What the store kept of a crawl it resumes, for the core; None for a new one."""
+        ...
+
+    def session(self, runtime: StoreRuntime) -> AbstractAsyncContextManager[None]:
+        """Be open for the length of ``crawl()``: connect, join, listen; leave on exit.
+
+        Raises:
+            ConfigError: The store cannot be used (a server unreachable before joining).
         """
-        origin = self._origins[request.origin]
-        self._started_now(origin, request)
-        origin.in_flight -= 1
-        if rules is not None:
-            origin.rules = rules
-            self._set_robots(origin, RobotsState.KNOWN)
-        else:
-            assert failure is not None, "robots_settled() needs rules or a failure"
-            origin.failure = failure
-            self._set_robots(origin, RobotsState.FAILED)
-        if delay is not None:
-            origin.delay = delay
-            origin.next_start = max(origin.next_start, now + delay)
-        self._make_ready(origin)
+        ...
 
-    # -- for stores that keep the queue elsewhere and load it here ---------------------------
+    def attach_output(self, output: RecordOutput) -> None:
+        """An ``-o`` file the outputs opened, before the first record: a RECONCILE store
+        cuts it back to what it says the file held, writes the records it missed, and
+        keeps its position from then on; the others leave it alone."""
+        ...
 
-    def _enqueue_one(self, request: FetchRequest, *, first: bool) -> None:
-        """Queue one request loaded from a store (deduplicated there), after the rest.
+    def attach_archive(self, archive: ArchiveOutput) -> None:
+        """A ``--warc`` file the outputs opened: a RECONCILE store cuts it back to its
+        size at the last change kept, and keeps its size from then on."""
+        ...
 
-        Consecutive URLs of one origin with the same budgets share a batch, as one page's
-        links do; robots.txt rules are checked when it is taken.
+    async def before_attempt(self, request: FetchRequest) -> None:
+        """Anything ``request`` needs before it goes out (the Redis store tells the
+        server that a request to a host with a delay starts now)."""
+        ...
+
+    def has_work(self, *, starved: bool) -> bool:
+        """Whether :meth:`flush` would do anything now; ``starved``: the dispatcher has
+        nothing to hand out."""
+        ...
+
+    async def flush(self, *, starved: bool = False) -> None:
+        """Keep the changes that wait (and, when ``starved``, fetch more work).
+
+        Raises:
+            FrontierLost: The store can no longer be written or reached.
         """
-        key = origin_of(request.url)
-        origin = self._origins.get(key)
-        if origin is None:
-            origin = self._origins[key] = _Origin(
-                key, delay=self._delay, rules=None if self._obey_robots else RobotsRules()
-            )
-        if first:
-            origin.requeued.append(request)
-        else:
-            batch = origin.batches[-1] if origin.batches else None
-            if not (
-                batch is not None
-                and batch.sequence == self._sequence
-                and (batch.depth, batch.redirects_left, batch.sitemap)
-                == (request.depth, request.redirects_left, request.sitemap)
-            ):
-                self._sequence += 1
-                batch = _Batch(
-                    self._sequence,
-                    [],
-                    depth=request.depth,
-                    redirects_left=request.redirects_left,
-                    sitemap=request.sitemap,
-                )
-                origin.batches.append(batch)
-            batch.urls.append(request.url)
-            if request.known is not None:
-                if batch.known is None:
-                    batch.known = {}
-                batch.known[request.url] = request.known
-        self._push(origin, 1)
+        ...
 
-    def _restore_origin(
-        self, key: str, *, rules: RobotsRules | None, failure: str | None, delay: float | None
-    ) -> None:
-        """An origin whose robots.txt a store kept: KNOWN with ``rules``, else FAILED."""
-        origin = self._origins[key] = _Origin(key, delay=self._delay, rules=rules)
-        if rules is None:
-            origin.failure = failure
-            origin.robots = RobotsState.FAILED
-        if delay is not None:
-            origin.delay = delay
+    async def settle(self, request: FetchRequest) -> None:
+        """Return once the finished ``request``'s change is kept and its record made.
 
-    def _wait_origin(self, key: str, not_before: float) -> None:
-        """Hold an origin until ``not_before`` (a Retry-After a store kept)."""
-        origin = self._origins.get(key)
-        if origin is not None:
-            origin.next_start = max(origin.next_start, not_before)
+        Raises:
+            FrontierLost: The store can no longer be written or reached.
+        """
+        ...
 
-    # -- the only places the counts change ---------------------------------------------------
+    def records(self) -> list[FetchStatistic] | None:
+        """The crawl's records, if the store keeps them (read after the crawl); None
+        when the core's in-memory list is the record."""
+        ...
 
-    def _push(self, origin: _Origin, count: int) -> None:
-        origin.queued += count
-        self._queued += count
-        self._make_ready(origin)
+    def report_notes(self) -> list[str]:
+        """Lines the store adds to the report (a shared crawl's totals)."""
+        ...
 
-    def _pop(self, origin: _Origin) -> FetchRequest:
-        origin.queued -= 1
-        self._queued -= 1
-        if origin.requeued:
-            return origin.requeued.popleft()
-        batch = origin.batches[0]
-        url = batch.urls[batch.next_index]
-        batch.next_index += 1
-        if batch.next_index == len(batch.urls):
-            origin.batches.popleft()
-        return FetchRequest(
-            url=url,
-            redirects_left=batch.redirects_left,
-            depth=batch.depth,
-            sitemap=batch.sitemap,
-            known=None if batch.known is None else batch.known.get(url),
-        )
+    def close(self) -> None:
+        """Keep what still waits and close, after the crawl's tasks have ended."""
+        ...
 
-    def _lease(self, origin: _Origin, request: FetchRequest, now: float) -> None:
-        self._in_flight.add(request.url)
-        origin.in_flight += 1
-        origin.next_start = now + origin.delay
-        if origin.delay:
-            origin.unstarted.add(request.url)
 
-    def _release(self, origin: _Origin, request: FetchRequest) -> None:
-        self._in_flight.remove(request.url)
-        origin.in_flight -= 1
-        self._make_ready(origin)
-
-    def _set_robots(self, origin: _Origin, state: RobotsState) -> None:
-        fetching = RobotsState.FETCHING
-        self._robots_fetching += (state is fetching) - (origin.robots is fetching)
-        origin.robots = state
-
-    # -- helpers -----------------------------------------------------------------------------
-
-    def _origin(self, request: FetchRequest) -> _Origin:
-        if isinstance(request, RobotsRequest):
-            return self._origins[request.origin]
-        return self._origins[origin_of(request.url)]
-
-    def _take_robots(self, origin: _Origin, now: float) -> RobotsRequest:
-        self._set_robots(origin, RobotsState.FETCHING)
-        origin.in_flight += 1
-        origin.next_start = now + origin.delay
-        url = robots_url(origin.key)
-        if origin.delay:
-            origin.unstarted.add(url)
-        self._make_ready(origin)
-        LOGGER.debug("fetching %s", url)
-        return RobotsRequest(url=url, redirects_left=MAX_ROBOTS_REDIRECTS, origin=origin.key)
-
-    def _requeue(self, origin: _Origin, request: FetchRequest) -> None:
-        """Move a request in flight back to the front of its origin's queue."""
-        self._release(origin, request)
-        origin.requeued.appendleft(request)
-        # An origin already in the ready heap keeps its entry, made for its old head: a
-        # stale sequence is only a little early or late.
-        self._push(origin, 1)
-
-    def _started_now(self, origin: _Origin, request: FetchRequest) -> None:
-        """``request`` has started (or ended, or gone back): the next may be handed out."""
-        if origin.unstarted:
-            origin.unstarted.discard(request.url)
-            if not origin.unstarted:
-                self._make_ready(origin)
-
-    def _make_ready(self, origin: _Origin) -> None:
-        if origin.ready or origin.sleeping or not origin.queued:
-            return
-        origin.ready = True
-        heapq.heappush(self._ready, (origin.head_sequence(), origin.key))
-
-    def _can_start(self, origin: _Origin) -> bool:
-        if origin.robots is RobotsState.FETCHING or origin.unstarted:
-            return False
-        limit = self._max_per_host
-        return limit is None or origin.in_flight < limit
+class Store(Frontier, StoreShell, Protocol):
+    """A store: both seams, as :func:`trio_crawler._stores.open_store` returns it."""

@@ -1,4 +1,28 @@
-"""JSON Lines output: one object per finished URL, written and flushed as it finishes.
+"""The outputs: the one road for records to ``-o`` and exchanges to ``--warc``.
+
+Theory of operation
+-------------------
+Whatever the store, records reach the output files one way: the core makes a record (in
+memory at once; with a state file or a shared frontier once its change is kept) and calls
+``on_record``, which the command line points at :meth:`OutputFiles.write_record`. What
+differs by store is only how a file is opened, and the store says which way through its
+:class:`~trio_crawler._frontier.OutputMode`, never through its kind:
+
+* NEW (memory): a new crawl; each file is written from the start.
+* RECONCILE (``--state``): the store keeps the records; each file is cut back to what the
+  store says it held and caught up from the store's records, and the store keeps its
+  position with every transaction (see :mod:`trio_crawler._store_sqlite`).
+* APPEND (``--frontier``): each process writes its share; a file is appended to and never
+  truncated, so a process restarted with its own command keeps every record it wrote, and
+  a partial last line (or WARC record) that a kill left is cut off first.
+
+When files open. Every check that can refuse a run (options, the output paths, a state
+file, a shared frontier's server and crawl) is made before the first file is opened for
+writing: :meth:`OutputFiles.check` looks at the paths without opening them, and
+:meth:`OutputFiles.open` runs once the store's session is open, before the first request.
+So a refused run creates, truncates or appends to nothing.
+
+JSON Lines.
 
 Records reach the writer synchronously from the core, the moment a URL finishes, and each
 is flushed before control returns to the event loop. So whatever ends the crawl (Ctrl-C,
@@ -12,12 +36,20 @@ cancellation could strike.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import sys
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, Protocol, TextIO, cast
+
+from ._config import ConfigError
+from ._frontier import OutputMode
 
 if TYPE_CHECKING:
+    from ._events import Exchange
+    from ._frontier import StoreShell
     from ._stats import FetchStatistic
+    from ._warc import WarcWriter
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -83,3 +115,133 @@ class JsonLinesWriter:
         """Close the file, if this writer opened it."""
         if self._owns_stream:
             self._stream.close()
+
+
+class RecordOutput(Protocol):
+    """An ``-o`` file as a store that reconciles it sees it: a text file it can cut back."""
+
+    name: str
+
+    def write_line(self, line: str) -> None: ...
+
+    def position(self) -> int: ...
+
+    def truncate(self, size: int) -> None: ...
+
+
+class ArchiveOutput(Protocol):
+    """A ``--warc`` file as a store that reconciles it sees it."""
+
+    name: str
+
+    def position(self) -> int: ...
+
+    def cut_back(self, size: int | None) -> None: ...
+
+
+class OutputFiles:
+    """The files a run writes, opened the way its store says (see the module docstring).
+
+    Args:
+        output: The ``-o`` path (``-`` for stdout), or None.
+        warc: The ``--warc`` path, or None.
+    """
+
+    def __init__(self, *, output: str | None, warc: str | None) -> None:
+        self.output_path = output
+        self.warc_path = warc
+        self.records: JsonLinesWriter | None = None
+        self.archive: WarcWriter | None = None
+
+    def check(self) -> None:
+        """Refuse a path that cannot be written, without opening (or creating) it.
+
+        Raises:
+            ConfigError: A path is a directory, or its directory does not exist or cannot
+                be written, or the file exists and cannot be written.
+        """
+        for option, path in (("output", self.output_path), ("warc", self.warc_path)):
+            if path is None or path == "-":
+                continue
+            problem = _unwritable(path)
+            if problem is not None:
+                raise ConfigError(option, f"{path!r}: {problem}")
+
+    def open(self, store: StoreShell) -> None:
+        """Open the files as ``store.output_mode`` says, and let the store reconcile them.
+
+        Raises:
+            ConfigError: A file cannot be opened after all (its directory went away).
+        """
+        mode = store.output_mode
+        keep = mode is not OutputMode.NEW
+        try:
+            if self.output_path is not None:
+                if mode is OutputMode.APPEND and self.output_path != "-":
+                    _cut_partial_line(self.output_path)
+                self.records = JsonLinesWriter.open(self.output_path, append=keep)
+                store.attach_output(self.records)
+            if self.warc_path is not None:
+                from ._warc import WarcWriter, cut_partial_record
+
+                if mode is OutputMode.APPEND:
+                    cut_partial_record(self.warc_path)
+                self.archive = WarcWriter.open(self.warc_path, append=keep)
+                store.attach_archive(self.archive)
+        except OSError as exc:
+            failed = self.warc_path if self.records is not None else self.output_path
+            option, path = ("warc" if self.records is not None else "output"), failed
+            raise ConfigError(option, f"{path!r}: {exc.strerror or exc}") from None
+
+    def write_record(self, record: FetchStatistic) -> None:
+        """``on_record``: one record, as a whole line."""
+        if self.records is not None:
+            self.records.write(record)
+
+    def write_exchange(self, exchange: Exchange) -> None:
+        """``on_exchange``: one attempt's WARC records."""
+        if self.archive is not None:
+            self.archive.write_exchange(exchange)
+
+    def close(self) -> None:
+        """Close what was opened."""
+        for opened in (self.records, self.archive):
+            if opened is not None:
+                opened.close()
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` could not be written, or None; looks, opens nothing."""
+    if os.path.isdir(path):
+        return os.strerror(errno.EISDIR)
+    if os.path.exists(path):
+        return None if os.access(path, os.W_OK) else os.strerror(errno.EACCES)
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        return os.strerror(errno.ENOENT)
+    return None if os.access(directory, os.W_OK | os.X_OK) else os.strerror(errno.EACCES)
+
+
+def _cut_partial_line(path: str) -> None:
+    """Cut off a last line that a killed process left without its newline."""
+    try:
+        with open(path, "rb+") as file:
+            size = file.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            end = size
+            while end > 0:
+                start = max(0, end - 65536)
+                file.seek(start)
+                chunk = file.read(end - start)
+                newline = chunk.rfind(b"\n")
+                if newline >= 0:
+                    whole = start + newline + 1
+                    break
+                end = start
+            else:
+                whole = 0
+            if whole < size:
+                file.truncate(whole)
+    except FileNotFoundError:
+        return

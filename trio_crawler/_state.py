@@ -70,10 +70,8 @@ from ._events import (
 from ._frontier import (
     Completion,
     Disallowed,
-    MemoryFrontier,
     Offer,
     OutOfBudget,
-    Resumed,
     Settled,
     Unfetchable,
 )
@@ -93,6 +91,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._config import CrawlConfig
+    from ._frontier import Frontier, Resumed
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -137,32 +136,31 @@ class CrawlState:
 
     Args:
         config: The crawl's validated options; its roots are queued at once.
+        frontier: Its store, behind the core's seam
+            (:class:`~trio_crawler._frontier.Frontier`); made by
+            :func:`~trio_crawler._stores.open_store`.
         on_record: Called with each record as it is made, before the method that made it
             returns, so an output file can hold every finished URL even if the crawl is
             interrupted right after. It must not raise.
+        resumed: What a durable store kept of the crawl it resumes; None for a new crawl.
+        keep_records: Keep the records in :attr:`done`; by default only when not
+            ``resumed`` (a durable store keeps them itself, so memory does not grow).
     """
 
     def __init__(
         self,
         config: CrawlConfig,
         *,
+        frontier: Frontier,
         on_record: Callable[[FetchStatistic], None] | None = None,
-        frontier: MemoryFrontier | None = None,
         resumed: Resumed | None = None,
+        keep_records: bool | None = None,
     ) -> None:
         self.config = config
-        self.frontier = (
-            MemoryFrontier(
-                delay=config.delay,
-                obey_robots=config.obey_robots,
-                max_per_host=config.max_per_host,
-            )
-            if frontier is None
-            else frontier
-        )
+        self.frontier = frontier
         # The records of this crawl, kept in memory unless a durable store keeps them.
         self.done: list[FetchStatistic] = []
-        self._keep_records = resumed is None
+        self._keep_records = resumed is None if keep_records is None else keep_records
         self.limit_counts: Counter[str] = Counter()
         self.limit_reached: str | None = None
         self._on_record = on_record
@@ -193,7 +191,7 @@ class CrawlState:
     @property
     def seen_urls(self) -> set[str]:
         """Every URL queued, in flight, done, or turned away by robots.txt."""
-        return self.frontier.all_seen()
+        return self.frontier.seen_urls()
 
     @property
     def finished(self) -> bool:

@@ -1,38 +1,25 @@
-"""``--state FILE``: a crawl kept in one SQLite file, so that it outlives its process.
+"""The ``--state`` file: a crawl kept in one SQLite file, so that it outlives its process.
 
 Theory of operation
 -------------------
-The core (:class:`~trio_crawler._state.CrawlState`) decides; a frontier stores. This module
-is the durable store: :class:`StoredFrontier` keeps the crawl's queue and seen set in the
-file, and only a *window* of the queue in memory, in the in-memory frontier it extends
-(per-origin queues, robots.txt state, politeness clocks). So memory does not grow with the
-frontier: a million queued URLs cost rows in the file, not objects in RAM.
+This module is the file format and nothing else: :class:`StateFile` opens a file (creating
+it, or checking that it is ours and holds the crawl asked for, before writing a byte),
+reads what a resumed crawl needs, and writes one :class:`Batch` as one transaction. How a
+crawl uses the file (a window of its queue in memory, group commit, when a URL counts as
+done) is the SQLite store's, :mod:`trio_crawler._store_sqlite`.
 
-What is committed when. Every change the core makes to the crawl arrives as a
-:class:`~trio_crawler._frontier.Completion` (a URL done: its record, its links, what a
-recrawl needs of it) or a small note (an origin's robots.txt rules, a ``Retry-After``
-wait, a URL robots.txt turned away). They collect in a batch, and one transaction writes
-a batch: the URL marked done, its record, its links ``INSERT OR IGNORE``d (whose changed
-rows are the answer to "how many were new"), all at once. While one transaction runs in a
-worker thread, the next batch collects, so under load a transaction carries many URLs and
-the event loop never waits on the disk. A URL stays in flight, and the crawl unfinished,
-until the transaction holding it has committed; only then is its record made and handed
-on (``on_record``, ``-o``).
+What a transaction holds. A batch carries the URLs done with their records and their links
+``INSERT OR IGNORE``d (whose new rows are the answer to "how many were new"), the origins'
+robots.txt rules and waits, the URLs robots.txt turned away, and how far each output file
+had got; all of it commits together or not at all. The file is SQLite in WAL mode with
+``synchronous=NORMAL``: a SIGKILL loses no committed transaction, and a power loss may lose
+the last few (their URLs are fetched again), never corrupt the file.
 
-What a SIGKILL costs. The file is SQLite in WAL mode: a transaction is in it whole or not
-at all. Nothing marks a URL as handed out, so a URL whose completion had not committed is
-still queued in the file, and the next run fetches it again: only attempts in flight (or
-finished in the last few milliseconds, whose transaction had not committed) are made
-twice. Nothing committed is lost; with ``synchronous=NORMAL`` a power loss may lose the
-last transactions (their URLs are fetched again), never corrupt the file.
-
-Outputs. The ``-o`` file is a copy of the file's records, one line each, written after the
-transaction that made them. Each transaction also stores how far each output had got
-(its size and the last record written). On resume the output is cut back to that size and
-the records after that one are written again, so it ends with exactly one line per record
-however the last run ended. A WARC file is written before the transaction that completes
-its URL, and cut back to its stored size on resume: a URL fetched again may appear twice
-in it, as WARC allows, and the file stays valid.
+Outputs. Each transaction can store how far each output had got (its size and the last
+record written to it). On resume an output is cut back to that size and the records after
+that one are written again (see :mod:`trio_crawler._outputs`), so it ends with exactly one
+line per record however the last run ended. A WARC file is cut back to its stored size: a
+URL fetched again may appear twice in it, as WARC allows, and the file stays valid.
 """
 
 from __future__ import annotations
@@ -45,40 +32,18 @@ import json
 import logging
 import os
 import sqlite3
-import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-import anyio
+from typing import TYPE_CHECKING, Any
 
 from ._config import ConfigError
-from ._events import FetchRequest, KnownPage, RobotsRequest
-from ._frontier import (
-    GROUP_SIZE,
-    GROUP_WINDOW,
-    Added,
-    Completion,
-    Disallowed,
-    FrontierLost,
-    MemoryFrontier,
-    Resumed,
-    RobotsState,
-    Settled,
-    Taken,
-)
-from ._robots import RobotsRules
+from ._events import FetchRequest, KnownPage
+from ._frontier import Completion, Resumed, Settled
 from ._stats import FetchStatistic
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
-
-    from ._config import CrawlConfig
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 LOGGER = logging.getLogger("trio_crawler")
-
-T = TypeVar("T")
-RunInThread = Callable[[Callable[[], T]], Awaitable[T]]
 
 # Identifies the file as ours ("TCrw") and its layout; another SQLite file is refused.
 APPLICATION_ID = 0x54437277
@@ -172,11 +137,14 @@ class OriginNote:
 
 
 @dataclass(slots=True)
-class _Batch:
+class Batch:
     """What one transaction writes."""
 
     completions: list[Completion] = field(default_factory=list)
     disallowed: list[str] = field(default_factory=list)
+    # Links offered that their origin's known robots.txt rules forbid: kept as seen, not
+    # queued (the store checks them when it takes the completion, as memory does).
+    turned_away: set[str] = field(default_factory=set)
     damaged: list[int] = field(default_factory=list)  # URL rows that are no URL rows
     origins: list[OriginNote] = field(default_factory=list)
     marks: list[tuple[str, int, int]] = field(default_factory=list)  # path, bytes, last id
@@ -190,29 +158,14 @@ class _Batch:
 
 
 @dataclass(slots=True)
-class _Committed:
+class Committed:
     """What one transaction answered."""
 
     settled: list[Settled]
-    new_rows: int
+    new_rows: int  # new rows queued
+    turned_away: list[str]  # new rows that robots.txt rules forbid
     records: list[tuple[int, str]]  # record id, JSON line, in completion order
     loaded: list[tuple[Any, ...]]
-
-
-# A completion waiting for its transaction, with what to call once it has committed.
-_Waiting = tuple[Completion, "Callable[[Completion, Settled], object]"]
-
-
-class RecordOutput(Protocol):
-    """An output the store copies records to (``-o``): a text file it can cut back."""
-
-    name: str
-
-    def write_line(self, line: str) -> None: ...
-
-    def position(self) -> int: ...
-
-    def truncate(self, size: int) -> None: ...
 
 
 class StateFile:
@@ -414,7 +367,7 @@ class StateFile:
             self._set("pass", str(self.pass_number))
             self._set("limit_counts", "{}")
 
-    def commit(self, batch: _Batch) -> _Committed:
+    def commit(self, batch: Batch) -> Committed:
         """Write one batch as one transaction; load the window's next rows after it.
 
         Each kind of row is written by one statement over a JSON array of all the batch's
@@ -440,14 +393,15 @@ class StateFile:
                         row = [offer.depth, offer.redirects_left, offer.sitemap, offer.first]
                         for url in offer.urls:
                             if url not in self._in_file:
-                                offered.append([url, *row])
+                                state = DISALLOWED if url in batch.turned_away else QUEUED
+                                offered.append([url, *row, state])
                                 offered_by.append(index)
                     else:
                         counted = _count_unseen(db, offer.urls)
                         unseen[index] = unseen.get(index, 0) + counted
                         if offer.over_depth:
                             beyond[index] = beyond.get(index, 0) + counted
-            new_by = self._insert(offered, offered_by)
+            new_by, turned_away = self._insert(offered, offered_by)
             settled: list[Settled] = []
             records: list[tuple[int, str]] = []
             done: list[str] = []
@@ -455,9 +409,13 @@ class StateFile:
             pages: list[list[Any]] = []
             new_rows = 0
             for index, completion in enumerate(batch.completions):
-                inserted = new_by.get(index, 0)
-                new_rows += inserted
-                answer = Settled(new=inserted + unseen.get(index, 0), beyond=beyond.get(index, 0))
+                inserted, away = new_by.get(index, (0, 0))
+                new_rows += inserted - away
+                answer = Settled(
+                    new=inserted + unseen.get(index, 0),
+                    disallowed=away,
+                    beyond=beyond.get(index, 0),
+                )
                 settled.append(answer)
                 request = completion.request
                 if request is None or completion.record is None:
@@ -523,26 +481,35 @@ class StateFile:
                 )
             if batch.limit_counts is not None:
                 self._set("limit_counts", json.dumps(batch.limit_counts, sort_keys=True))
-        return _Committed(settled, new_rows, records, [])
+        return Committed(settled, new_rows, turned_away, records, [])
+
+    @property
+    def last_record(self) -> int:
+        """The id of the last record written to the file (0 for none)."""
+        return self._next_record
 
     @property
     def closed(self) -> bool:
         return getattr(self, "_db", None) is None
 
-    def _insert(self, offered: list[list[Any]], offered_by: list[int]) -> dict[int, int]:
+    def _insert(
+        self, offered: list[list[Any]], offered_by: list[int]
+    ) -> tuple[dict[int, tuple[int, int]], list[str]]:
         """Queue the links that are new to the file, in one statement; say how many of
-        them each completion offered first (by its index in the batch).
+        them each completion offered first (by its index in the batch), and of those how
+        many robots.txt turned away (rows kept as seen, not queued), and which.
 
         The links are inserted in the order offered, so the rows new to the file are the
         ones above the highest id before, and one more statement reads them back as one
         JSON array: a link offered by two pages of a batch is new for the first.
         """
         if not offered:
-            return {}
+            return {}, []
         db = self._db
         db.execute(
             "INSERT OR IGNORE INTO urls (url, state, depth, redirects_left, sitemap, first)"
-            " SELECT json_extract(value, '$[0]'), 0, json_extract(value, '$[1]'),"
+            " SELECT json_extract(value, '$[0]'), json_extract(value, '$[5]'),"
+            " json_extract(value, '$[1]'),"
             " json_extract(value, '$[2]'), json_extract(value, '$[3]'),"
             " json_extract(value, '$[4]') FROM json_each(?)",
             (json.dumps(offered),),
@@ -553,17 +520,22 @@ class StateFile:
         new = set(json.loads(new_urls))
         if last is not None:
             self._last_url = last
-        new_by: dict[int, int] = {}
-        for (url, *_), index in zip(offered, offered_by, strict=True):
+        new_by: dict[int, tuple[int, int]] = {}
+        turned_away = []
+        for (url, *_, state), index in zip(offered, offered_by, strict=True):
             if url in new:
                 new.discard(url)  # counted once, for the first page that offers it
-                new_by[index] = new_by.get(index, 0) + 1
+                inserted, away = new_by.get(index, (0, 0))
+                if state == DISALLOWED:
+                    turned_away.append(url)
+                    away += 1
+                new_by[index] = (inserted + 1, away)
         known = self._in_file
         if len(known) + len(offered) > KNOWN_CACHE:
             for url in list(itertools.islice(known, len(known) // 2)):
                 del known[url]
         known.update(dict.fromkeys(url for url, *_ in offered))
-        return new_by
+        return new_by, turned_away
 
     def close(self) -> None:
         """Close the database and release the lock."""
@@ -617,373 +589,7 @@ def _count_unseen(db: sqlite3.Connection, urls: Iterable[str]) -> int:
     )
 
 
-class StoredFrontier(MemoryFrontier):
-    """The frontier of a crawl kept in a :class:`StateFile`: a window in memory.
-
-    The seen set and the queue are the file's; the in-memory frontier underneath holds the
-    window of queued URLs loaded from it, the requests in flight, and every origin's
-    robots.txt state and politeness clock (restored from the file on resume).
-
-    Args:
-        state_file: The open file.
-        limit_counts: The core's limit counters, stored with every transaction.
-        delay, obey_robots, max_per_host: As for :class:`MemoryFrontier`.
-    """
-
-    def __init__(
-        self,
-        state_file: StateFile,
-        *,
-        delay: float,
-        obey_robots: bool,
-        max_per_host: int | None,
-    ) -> None:
-        super().__init__(delay=delay, obey_robots=obey_robots, max_per_host=max_per_host)
-        self.file = state_file
-        self._unloaded, self._known = state_file.counts()
-        self._cursor = 0  # the last row id loaded into the window
-        self._batch = _Batch()
-        self._waiting: list[_Waiting] = []
-        self._unleased = 0  # completions not in flight (links alone, unfetchable URLs)
-        self._flushing = False
-        # Made by the first settle() that waits for the flush under way; set when it ends.
-        self._flush_ended: anyio.Event | None = None
-        self._outputs: list[RecordOutput] = []
-        self._marks: dict[str, tuple[int, int]] = {}
-        self._next_marks = 0.0  # when the -o files' marks are next written (monotonic)
-        self._limits_written: dict[str, int] | None = None
-        self.limit_counts: Mapping[str, int] | None = None
-        self.lost: str | None = None
-        self._restore_origins()
-
-    # -- counts: the file's queue, the window's flights -----------------------------------
-
-    @property
-    def queued(self) -> int:
-        """URLs waiting: in the window, and in the file beyond it."""
-        return super().queued + self._unloaded
-
-    @property
-    def in_flight_count(self) -> int:
-        """Requests in flight, and changes waiting for their transaction."""
-        return super().in_flight_count + self._unleased
-
-    @property
-    def seen_count(self) -> int:
-        return self._known
-
-    def all_seen(self) -> set[str]:
-        """Every URL the file knows: read from it, so for after the crawl."""
-        return self.file.seen()
-
-    def is_seen(self, url: str) -> bool:
-        raise RuntimeError("the file holds the seen set: ask through finish()")
-
-    def unseen(self, urls: Iterable[str]) -> int:
-        raise RuntimeError("the file holds the seen set: ask through finish()")
-
-    def add(
-        self,
-        urls: Iterable[str],
-        *,
-        depth: int,
-        redirects_left: int,
-        sitemap: int = 0,
-        first: bool = False,
-    ) -> Added:
-        raise RuntimeError("the file holds the seen set: add links through finish()")
-
-    # -- the core's changes ------------------------------------------------------------------
-
-    def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
-        """Keep ``completion`` for the next transaction; ``then`` runs once it committed."""
-        if not completion.leased:
-            self._unleased += 1
-        self._waiting.append((completion, then))
-
-    def take(self, *, now: float, start_new: bool) -> Taken | None:
-        if self._restored_waits:
-            # Retry-After waits kept by the last run, on this run's clock.
-            for key, remaining in self._restored_waits.items():
-                self._wait_origin(key, now + remaining)
-            self._restored_waits.clear()
-        taken = super().take(now=now, start_new=start_new)
-        if isinstance(taken, Disallowed):
-            self._batch.disallowed.append(taken.request.url)
-        return taken
-
-    def retry_later(
-        self, request: FetchRequest, *, not_before: float, now: float | None = None
-    ) -> None:
-        super().retry_later(request, not_before=not_before, now=now)
-        # Kept as a time of day: the engine's clock starts again with the next process.
-        wait = None if now is None else time.time() + max(0.0, not_before - now)
-        self._note_origin(self._origin(request).key, wait_until=wait)
-
-    def robots_settled(
-        self,
-        request: RobotsRequest,
-        *,
-        rules: RobotsRules | None = None,
-        failure: str | None = None,
-        delay: float | None = None,
-        now: float,
-    ) -> None:
-        super().robots_settled(request, rules=rules, failure=failure, delay=delay, now=now)
-        self._note_origin(request.origin)
-
-    # -- the engine's side: transactions --------------------------------------------------
-
-    def attach_output(self, output: RecordOutput) -> None:
-        """Copy every record to ``output`` from now on, after cutting it back to what the
-        file says it held and writing the records it missed (see the module docstring)."""
-        mark = self.file.mark(output.name)
-        size, last = mark if mark is not None else (0, 0)
-        if output.position() < size:
-            # Shorter than it was (a power loss lost its tail): write it again whole.
-            size, last = 0, 0
-        if output.position() < 0:  # stdout or a pipe: this run's records only
-            self._outputs.append(output)
-            return
-        output.truncate(size)
-        for record_id, line in self.file.records(after=last):
-            if _record(line) is not None:  # a row that is no record is not copied
-                output.write_line(str(line))
-            last = record_id
-        self._outputs.append(output)
-        self._marks[output.name] = (output.position(), last)
-
-    def warc_mark(self, name: str) -> int | None:
-        """The size a WARC file had at the last commit, to cut it back to on resume."""
-        mark = self.file.mark(name)
-        return None if mark is None else mark[0]
-
-    def track_warc(self, name: str, position: Callable[[], int]) -> None:
-        """Store the WARC file's size with every transaction."""
-        self._warc = (name, position)
-
-    def has_work(self, *, starved: bool) -> bool:
-        """Whether :meth:`flush` would do anything now: changes wait, or the window should
-        grow. False while a flush runs (it takes what arrives meanwhile)."""
-        if self._flushing or self.lost is not None:
-            return False
-        return bool(self._waiting or self._batch) or self._wants_rows(starved=starved) > 0
-
-    def records(self) -> list[FetchStatistic]:
-        """This pass's records, read from the file; a row that is not one is logged and
-        skipped (the file is checked as SQLite when opened, not row by row)."""
-        records = []
-        for record_id, line in self.file.records():
-            record = _record(line)
-            if record is None:
-                LOGGER.warning("state file: record %d is not a record; skipped", record_id)
-            else:
-                records.append(record)
-        return records
-
-    def close(self) -> None:
-        """Commit what still waits, store how far the outputs got, and close the file.
-
-        Blocks briefly: it runs once, after the crawl's tasks have ended. A crawl cut short
-        (its deadline, a second Ctrl-C) may leave pages fetched whose transaction had not
-        run yet; they are committed here, records and links, rather than fetched again by
-        the next run.
-        """
-        if self.file.closed:
-            return
-        try:
-            if self.lost is None:
-                if self._waiting or self._batch:
-                    batch, waiting = self._next_batch(starved=False)
-                    batch.load = 0
-                    self._after_commit(waiting, self.file.commit(batch))
-                final = _Batch(marks=self._current_marks())
-                if self.limit_counts is not None:
-                    final.limit_counts = dict(self.limit_counts)
-                self.file.commit(final)
-        except sqlite3.Error as exc:
-            LOGGER.error("cannot write the state file %s: %s", self.file.path, exc)
-        finally:
-            self.file.close()
-
-    def _current_marks(self, *, outputs: bool = True) -> list[tuple[str, int, int]]:
-        """How far the outputs have got: the WARC file always (a resume cuts it back to
-        the size stored, so the size must be the last commit's), the ``-o`` files when
-        ``outputs`` (a resume writes the records after the stored one again from the file,
-        so an older mark only means more of them)."""
-        marks = []
-        if outputs:
-            marks = [(name, size, last) for name, (size, last) in self._marks.items()]
-        warc = getattr(self, "_warc", None)
-        if warc is not None:
-            marks.append((warc[0], warc[1](), 0))
-        return marks
-
-    def _wants_rows(self, *, starved: bool) -> int:
-        in_window = super().queued
-        if not self._unloaded:
-            return 0
-        if in_window < LOW_WATER or (starved and in_window < MAX_WINDOW):
-            return min(CHUNK, self._unloaded)
-        return 0
-
-    async def settle(self, request: FetchRequest, run: RunInThread[Any]) -> None:
-        """Return once the completion of ``request`` has committed and its record is made
-        (and copied to the outputs): flushing, or waiting for the flush under way.
-
-        Raises:
-            FrontierLost: The file could not be written; the crawl must stop.
-        """
-        while request.url in self._in_flight and self.lost is None:
-            if self._flushing:
-                if self._flush_ended is None:
-                    self._flush_ended = anyio.Event()
-                await self._flush_ended.wait()
-            else:
-                await self.flush(run, group=GROUP_WINDOW)
-
-    async def flush(
-        self, run: RunInThread[Any], *, starved: bool = False, group: float = 0.0
-    ) -> None:
-        """Commit what waits, in as few transactions as the load allows, off the loop.
-
-        One flush runs at a time; changes that arrive meanwhile join the next transaction
-        of the same flush. ``run`` is the engine's shielded worker-thread call, so a
-        transaction that started is always finished and applied, even in a cancelled crawl.
-        With ``group`` seconds, a transaction waits that long first for more changes to
-        join it (see GROUP_WINDOW), unless enough already wait or the dispatcher is
-        ``starved`` for requests.
-
-        Raises:
-            FrontierLost: The file could not be written; the crawl must stop.
-        """
-        if self._flushing or self.lost is not None:
-            return
-        self._flushing = True
-        try:
-            while self._waiting or self._batch or self._wants_rows(starved=starved):
-                if group and not starved and len(self._waiting) < GROUP_SIZE:
-                    await anyio.sleep(group)  # let the pages finishing now join
-                await self._one_transaction(run, starved)
-                starved = False
-        finally:
-            self._flushing = False
-            ended, self._flush_ended = self._flush_ended, None
-            if ended is not None:
-                ended.set()
-
-    async def _one_transaction(self, run: RunInThread[Any], starved: bool) -> None:
-        batch, waiting = self._next_batch(starved=starved)
-        cursor = self._cursor
-
-        def transaction() -> _Committed:
-            committed = self.file.commit(batch)
-            if batch.load:
-                committed.loaded = self.file.load(cursor, batch.load)
-            return committed
-
-        try:
-            committed: _Committed = await run(transaction)
-        except sqlite3.Error as exc:
-            self.lost = f"cannot write the state file {self.file.path}: {exc}"
-            raise FrontierLost(self.lost) from exc
-        self._after_commit(waiting, committed)
-        if len(committed.loaded) < batch.load and self._unloaded:
-            # The file has no more queued rows than it gave: the count had drifted from it
-            # (a hand-edited file, or a bug). The file is the truth, and the count says
-            # when the crawl is over, so it follows the file rather than asking for ever.
-            LOGGER.warning("state file: %d queued rows were not there", self._unloaded)
-            self._unloaded = 0
-
-    def _next_batch(self, *, starved: bool) -> tuple[_Batch, list[_Waiting]]:
-        """What the next transaction writes: the batch, and the completions it carries
-        with their callbacks."""
-        batch, self._batch = self._batch, _Batch()
-        waiting, self._waiting = self._waiting, []
-        batch.completions = [completion for completion, _ in waiting]
-        batch.load = self._wants_rows(starved=starved)
-        outputs_due = time.monotonic() >= self._next_marks
-        batch.marks = self._current_marks(outputs=outputs_due)
-        if outputs_due:
-            self._next_marks = time.monotonic() + MARK_INTERVAL
-        if self.limit_counts is not None and self.limit_counts != self._limits_written:
-            batch.limit_counts = self._limits_written = dict(self.limit_counts)
-        return batch, waiting
-
-    def _after_commit(self, waiting: list[_Waiting], committed: _Committed) -> None:
-        """After a transaction committed: its URLs leave the in-flight set, their records
-        are made and copied to the outputs, and the rows it loaded join the window."""
-        self._unloaded += committed.new_rows
-        self._known += committed.new_rows
-        records = iter(committed.records)
-        for (completion, then), settled in zip(waiting, committed.settled, strict=True):
-            if completion.leased:
-                assert completion.request is not None
-                self.complete(completion.request)
-            else:
-                self._unleased -= 1
-            if completion.record is not None:
-                record_id, line = next(records)
-                for output in self._outputs:
-                    output.write_line(line)
-                    if output.name in self._marks:
-                        self._marks[output.name] = (output.position(), record_id)
-            then(completion, settled)
-        self._window(committed.loaded)
-
-    def _window(self, rows: list[tuple[Any, ...]]) -> None:
-        """Queue rows loaded from the file in memory, in their order. A row that does not
-        hold what this layout writes (a damaged or edited file) is logged and skipped."""
-        for row in rows:
-            self._cursor = row[0]
-            request = _request(row)
-            if request is None:
-                LOGGER.warning("state file: URL row %s is damaged; skipped", row[0])
-                self._batch.damaged.append(row[0])
-                continue
-            self._enqueue_one(request, first=bool(row[5]))
-        self._unloaded -= len(rows)
-
-    # -- origins ---------------------------------------------------------------------------
-
-    def _note_origin(self, key: str, wait_until: float | None = None) -> None:
-        origin = self._origins[key]
-        text = None if origin.rules is None else origin.rules.as_text()
-        self._batch.origins.append(
-            OriginNote(
-                key,
-                origin.robots.value,
-                text,
-                origin.failure,
-                origin.delay,
-                wait_until,
-            )
-        )
-
-    def _restore_origins(self) -> None:
-        self._restored_waits: dict[str, float] = {}
-        wall = time.time()
-        for note in self.file.origins():
-            if note.wait_until is not None and note.wait_until > wall:
-                self._restored_waits[note.origin] = note.wait_until - wall
-            try:
-                state = RobotsState(note.robots)
-            except ValueError:
-                LOGGER.warning("state file: unknown robots state for %s; asking again", note.origin)
-                continue
-            if state is RobotsState.KNOWN and note.rules is not None:
-                rules = RobotsRules.from_text(note.rules)
-                self._restore_origin(note.origin, rules=rules, failure=None, delay=note.delay)
-            elif state is RobotsState.FAILED:
-                self._restore_origin(
-                    note.origin,
-                    rules=None,
-                    failure=note.failure or "robots.txt failed",
-                    delay=note.delay,
-                )
-
-
-def _record(line: object) -> FetchStatistic | None:
+def record_from_line(line: object) -> FetchStatistic | None:
     try:
         fields = json.loads(line) if isinstance(line, str) else None
         return FetchStatistic(**fields) if isinstance(fields, dict) else None
@@ -1004,35 +610,7 @@ def stored_roots(path: str) -> tuple[str, ...]:
     return state_file.roots
 
 
-def open_store(config: CrawlConfig) -> StoredFrontier:
-    """Open (or create) the crawl's state file and the frontier over it.
-
-    A finished crawl is left as it is, unless ``recrawl`` starts its next pass.
-
-    Raises:
-        StateFileError: The file cannot be used; nothing in it was changed.
-    """
-    assert config.state is not None
-    options = {
-        name: value for name, value in config.keywords().items() if name not in ("state", "recrawl")
-    }
-    state_file = StateFile(config.state, roots=config.roots, options=options)
-    try:
-        queued, _ = state_file.counts()
-        if config.recrawl and queued == 0:
-            state_file.new_pass()
-        return StoredFrontier(
-            state_file,
-            delay=config.delay,
-            obey_robots=config.obey_robots,
-            max_per_host=config.max_per_host,
-        )
-    except BaseException:
-        state_file.close()
-        raise
-
-
-def _request(row: tuple[Any, ...]) -> FetchRequest | None:
+def request_from_row(row: tuple[Any, ...]) -> FetchRequest | None:
     """The request a queued row describes, or None if the row is not one."""
     _, url, depth, redirects_left, sitemap, _, etag, last_modified, num_urls, links = row
     if not (isinstance(url, str) and url.startswith(("http://", "https://"))):

@@ -55,7 +55,6 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._events import Exchange
-    from ._statefile import StoredFrontier
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -130,24 +129,23 @@ class WarcWriter:
                 "cannot write to %s (%s); further exchanges are not archived", self.name, exc
             )
 
-    def resume(self, store: StoredFrontier) -> None:
-        """Cut the file back to its size at the state file's last commit, and have every
-        commit keep its size from now on.
+    def cut_back(self, size: int | None) -> None:
+        """Cut the file back to ``size`` bytes (its size at a state file's last commit),
+        for a resumed crawl; None leaves it as it is.
 
         What lies beyond that size was written for URLs whose completion never committed:
         they are fetched again, and written again. The cut lands on a record boundary, so
         the file stays valid WARC; this run's warcinfo record, written before the cut, is
         written again after it.
         """
-        mark = store.warc_mark(self.name)
-        if mark is not None and mark <= self._stream.tell():
+        if size is not None and size <= self._stream.tell():
             self._stream.flush()
-            self._stream.truncate(mark)
+            self._stream.truncate(size)
             self._stream.seek(0, os.SEEK_END)
             self._write_warcinfo()
-        store.track_warc(self.name, self._position)
 
-    def _position(self) -> int:
+    def position(self) -> int:
+        """The file's size so far (what a state file keeps with each transaction)."""
         try:
             return self._stream.tell()
         except (OSError, ValueError):
@@ -236,3 +234,37 @@ def _stored_response_headers(headers: tuple[tuple[str, str], ...]) -> list[tuple
     Content-Encoding stays: the body is stored still encoded, as the header says.
     """
     return [(name, value) for name, value in headers if name.lower() != "transfer-encoding"]
+
+
+def cut_partial_record(path: str) -> None:
+    """Cut off the end of a WARC file that is not a whole record (a killed process's
+    last write), so that appending to it leaves every record readable.
+
+    The records are walked with warcio's reader; the file is cut at the end of the last
+    one read whole. A file that is not there, or empty, is left alone.
+    """
+    from warcio.archiveiterator import ArchiveIterator  # type: ignore[import-untyped]
+    from warcio.exceptions import ArchiveLoadFailed  # type: ignore[import-untyped]
+
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return
+    if size == 0:
+        return
+    whole = 0
+    with open(path, "rb") as stream:
+        try:
+            records = ArchiveIterator(stream)
+            for record in records:
+                record.content_stream().read()
+                records.read_to_end(record)
+                end = records.get_record_offset() + records.get_record_length()
+                if end > size:
+                    break
+                whole = end
+        except (ArchiveLoadFailed, OSError, ValueError, EOFError) as exc:
+            LOGGER.warning("%s: cutting off a last WARC record that is not whole (%s)", path, exc)
+    if whole < size:
+        with open(path, "rb+") as stream:
+            stream.truncate(whole)

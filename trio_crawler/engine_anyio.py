@@ -90,7 +90,7 @@ class Crawler(CrawlerBase):
             self._crawl_scope.cancel("crawl interrupted")
         deadline_passed = None
         try:
-            async with self._shared_session():  # with --frontier: join the shared crawl
+            async with self._store_session():  # a shared crawl is joined and left here
                 with self._crawl_scope:
                     async with anyio.create_task_group() as task_group:
                         request_sender, request_receiver = anyio.create_memory_object_stream[

@@ -103,7 +103,7 @@ class Crawler(CrawlerBase):
         deadline_passed = None
         outcomes: list[object] = []
         try:
-            async with self._shared_session():  # with --frontier: join the shared crawl
+            async with self._store_session():  # a shared crawl is joined and left here
                 workers = [asyncio.create_task(self._work()) for _ in range(self.config.max_tasks)]
                 if self._on_progress is not None:
                     workers.append(asyncio.create_task(self._report_progress()))

@@ -110,7 +110,7 @@ class Crawler(CrawlerBase):
             self._crawl_scope.cancel("crawl interrupted")
         deadline_passed = None
         try:
-            async with self._shared_session():  # with --frontier: join the shared crawl
+            async with self._store_session():  # a shared crawl is joined and left here
                 with self._crawl_scope:
                     async with trio.open_nursery() as nursery:
                         request_sender, request_receiver = trio.open_memory_channel[FetchRequest](0)

@@ -1,0 +1,572 @@
+"""Per-origin scheduling: which queued URL may go out next, politely.
+
+Theory of operation
+-------------------
+Every store needs the same answer to "what may be fetched now?": per-origin queues, handed
+out in the order URLs were found, subject to each origin's robots.txt state, its politeness
+clock (``--delay``, ``Crawl-delay``, ``Retry-After``) and its in-flight limit
+(``--max-per-host``). :class:`OriginScheduler` is that answer as a building block: the
+memory store schedules its whole queue with one, the SQLite store the window of its file
+it has loaded, the Redis store the requests the server leased to this process. Each store
+*has* a scheduler; none is one. The scheduler knows nothing of the seen set, of records,
+or of where a queue is kept for good: that is the store's.
+
+It reads no clock: every operation that depends on time takes ``now`` from the engine. It
+owns every count of work it holds, each kept in one place: :attr:`queued` changes only in
+``_push``/``_pop``, the in-flight set only in ``_lease``/``_release``, and the robots.txt
+fetches in flight only in ``_set_robots``.
+
+Layout in memory. The frontier is kept per origin (scheme, host and port), because
+robots.txt, ``--delay`` and ``--max-per-host`` all apply per origin, and waiting for one
+host must not hold back URLs of another. Each origin has a FIFO of *batches*: the new links
+of one page share their depth and redirect budget, so a batch stores them as a list of plain
+strings and a request object is made only when a URL is handed out (a million queued URLs
+cost a list slot each, not an object each). A heap of ready origins, keyed by the sequence
+number of each one's oldest batch, hands URLs out in the order they were found, as the
+chapter's FIFO queue did, whenever no host limit is in the way; a second heap holds the
+origins waiting out their delay, keyed by when they may start again.
+
+robots.txt, per origin, is a small state machine (:class:`RobotsState`)::
+
+    UNKNOWN --take()--> FETCHING --robots_settled(rules)----> KNOWN
+                            |  \\--robots_settled(failure)--> FAILED
+                            \\--give_back()--> UNKNOWN
+
+Before an origin's first URL, :meth:`OriginScheduler.take` hands out its ``/robots.txt``
+and holds the origin's URLs until the outcome arrives, so concurrent workers wait for that
+one fetch rather than fetching it again; other origins go on meanwhile. A URL of a FAILED
+origin is handed out as :class:`~trio_crawler._frontier.Unfetchable` (it gets a failure
+record, unfetched), and a URL its KNOWN rules forbid as
+:class:`~trio_crawler._frontier.Disallowed`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._events import FetchRequest, KnownPage, RobotsRequest
+from ._frontier import OUT_OF_BUDGET, Disallowed, RobotsState, Taken, Unfetchable
+from ._robots import MAX_ROBOTS_REDIRECTS, RobotsRules, origin_of, robots_url
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["OriginScheduler", "OriginState"]
+
+LOGGER = logging.getLogger("trio_crawler")
+
+
+@dataclass(frozen=True, slots=True)
+class OriginState:
+    """What a store keeps of an origin for good: its robots.txt and its delay.
+
+    Attributes:
+        robots: Where its robots.txt stands.
+        rules: Its rules, when KNOWN.
+        failure: The error, when FAILED.
+        delay: Seconds between two request starts (``--delay`` or a longer
+            ``Crawl-delay``).
+    """
+
+    robots: RobotsState
+    rules: RobotsRules | None
+    failure: str | None
+    delay: float
+
+
+class _Batch:
+    """URLs queued together (one page's new links), handed out from ``next_index`` on."""
+
+    __slots__ = ("depth", "known", "next_index", "redirects_left", "sequence", "sitemap", "urls")
+
+    def __init__(
+        self, sequence: int, urls: list[str], *, depth: int, redirects_left: int, sitemap: int
+    ):
+        self.sequence = sequence
+        self.urls = urls
+        self.depth = depth
+        self.redirects_left = redirects_left
+        self.sitemap = sitemap
+        self.next_index = 0
+        # A recrawl's pages, by URL: what the last pass kept (stored frontiers only).
+        self.known: dict[str, KnownPage] | None = None
+
+
+class _Origin:
+    """One origin's queue, robots.txt state and politeness clock."""
+
+    __slots__ = (
+        "batches",
+        "delay",
+        "failure",
+        "in_flight",
+        "key",
+        "next_start",
+        "queued",
+        "ready",
+        "requeued",
+        "robots",
+        "rules",
+        "sleeping",
+        "unstarted",
+    )
+
+    def __init__(self, key: str, *, delay: float, rules: RobotsRules | None) -> None:
+        self.key = key
+        self.batches: deque[_Batch] = deque()
+        # Requests put back (a Retry-After wait, a retry waiting out the delay, an engine
+        # handing work back): they go first, and keep their attempt count.
+        self.requeued: deque[FetchRequest] = deque()
+        self.queued = 0
+        self.in_flight = 0  # pages and robots.txt of this origin handed out, not yet done
+        self.delay = delay
+        self.next_start = 0.0  # the earliest time the next request may start
+        self.robots = RobotsState.UNKNOWN if rules is None else RobotsState.KNOWN
+        self.rules = rules
+        self.failure: str | None = None  # the error, when robots is FAILED
+        # With a delay: requests handed out whose attempt has not started yet. The delay
+        # runs from a request's start, so none follows until the one before it has started.
+        self.unstarted: set[str] = set()
+        self.ready = False  # has an entry in the ready heap
+        self.sleeping = False  # has an entry in the sleeping heap
+
+    def head_sequence(self) -> int:
+        return -1 if self.requeued else self.batches[0].sequence
+
+    def head_is_new(self) -> bool:
+        """Whether the next request handed out would be a URL's first attempt."""
+        return not self.requeued or self.requeued[0].attempt == 1
+
+
+class OriginScheduler:
+    """Per-origin queues, robots.txt state and politeness clocks: the building block that
+    every store schedules with (see the module docstring).
+
+    Args:
+        delay: Seconds between the starts of two requests to one origin, at least.
+        obey_robots: Fetch each origin's robots.txt before its first URL. Without it every
+            origin starts with rules that allow everything.
+        max_per_host: Requests to one origin in flight at once, at most (None: no limit).
+    """
+
+    def __init__(self, *, delay: float, obey_robots: bool, max_per_host: int | None) -> None:
+        self._delay = delay
+        self._obey_robots = obey_robots
+        self._max_per_host = max_per_host
+        self._origins: dict[str, _Origin] = {}
+        self._ready: list[tuple[int, str]] = []  # heap of (head sequence, origin key)
+        self._sleeping: list[tuple[float, str]] = []  # heap of (next start, origin key)
+        self._sequence = 0
+        self._queued = 0
+        self._in_flight: set[str] = set()
+        self._robots_fetching = 0
+
+    # -- counts --------------------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        """URLs waiting to be handed out."""
+        return self._queued
+
+    @property
+    def in_flight(self) -> frozenset[str]:
+        """Page URLs handed out and not yet completed (robots.txt fetches not included)."""
+        return frozenset(self._in_flight)
+
+    @property
+    def in_flight_count(self) -> int:
+        """Requests handed out and not yet completed, robots.txt fetches included."""
+        return len(self._in_flight) + self._robots_fetching
+
+    def holds(self, url: str) -> bool:
+        """Whether the page ``url`` is handed out and not yet completed or given back."""
+        return url in self._in_flight
+
+    # -- queueing ------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        urls: Iterable[str],
+        *,
+        depth: int,
+        redirects_left: int,
+        sitemap: int = 0,
+        first: bool = False,
+    ) -> int:
+        """Queue ``urls`` (new to the crawl: the store deduplicates), one batch per origin,
+        in order; say how many the origin's known robots.txt rules turned away.
+
+        A URL whose origin's rules are known and forbid it is not queued (and logged); one
+        whose origin's robots.txt is not known yet is queued and checked when it is taken.
+        ``sitemap`` marks them as sitemaps of that level; ``first`` puts them ahead of
+        everything their origin has queued (sitemaps go right after robots.txt).
+        """
+        by_origin: dict[str, list[str]] = {}
+        disallowed = 0
+        for url in urls:
+            key = origin_of(url)
+            origin = self._origins.get(key)
+            if origin is not None and origin.rules is not None and not origin.rules.allowed(url):
+                disallowed += 1
+                LOGGER.info("robots.txt disallows %s", url)
+                continue
+            by_origin.setdefault(key, []).append(url)
+        for key, batch_urls in by_origin.items():
+            origin = self._origin_for(key)
+            if first:
+                origin.requeued.extendleft(
+                    FetchRequest(
+                        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap
+                    )
+                    for url in reversed(batch_urls)
+                )
+            else:
+                self._sequence += 1
+                origin.batches.append(
+                    _Batch(
+                        self._sequence,
+                        batch_urls,
+                        depth=depth,
+                        redirects_left=redirects_left,
+                        sitemap=sitemap,
+                    )
+                )
+            self._push(origin, len(batch_urls))
+        return disallowed
+
+    def enqueue_one(self, request: FetchRequest, *, first: bool) -> None:
+        """Queue one request a store loaded (deduplicated there), after the rest; with
+        ``first``, after the other requests put back first in line.
+
+        Consecutive URLs of one origin with the same budgets share a batch, as one page's
+        links do; robots.txt rules are checked when it is taken.
+        """
+        origin = self._origin_for(origin_of(request.url))
+        if first:
+            origin.requeued.append(request)
+        else:
+            batch = origin.batches[-1] if origin.batches else None
+            if not (
+                batch is not None
+                and batch.sequence == self._sequence
+                and (batch.depth, batch.redirects_left, batch.sitemap)
+                == (request.depth, request.redirects_left, request.sitemap)
+            ):
+                self._sequence += 1
+                batch = _Batch(
+                    self._sequence,
+                    [],
+                    depth=request.depth,
+                    redirects_left=request.redirects_left,
+                    sitemap=request.sitemap,
+                )
+                origin.batches.append(batch)
+            batch.urls.append(request.url)
+            if request.known is not None:
+                if batch.known is None:
+                    batch.known = {}
+                batch.known[request.url] = request.known
+        self._push(origin, 1)
+
+    def turns_away(self, url: str) -> bool:
+        """Whether the known robots.txt rules of ``url``'s origin forbid it (False while
+        its robots.txt is not known: it is checked when taken)."""
+        origin = self._origins.get(origin_of(url))
+        return origin is not None and origin.rules is not None and not origin.rules.allowed(url)
+
+    # -- origins a store kept ------------------------------------------------------------
+
+    def restore_origin(
+        self, key: str, *, rules: RobotsRules | None, failure: str | None, delay: float | None
+    ) -> None:
+        """An origin whose robots.txt a store kept: KNOWN with ``rules``, else FAILED with
+        ``failure``; ``delay``, if given, replaces the crawl's."""
+        origin = self._origins[key] = _Origin(key, delay=self._delay, rules=rules)
+        if rules is None:
+            origin.failure = failure
+            origin.robots = RobotsState.FAILED
+        if delay is not None:
+            origin.delay = delay
+
+    def hold_origin(self, key: str, *, not_before: float) -> None:
+        """Hand nothing out for origin ``key`` before ``not_before`` (a kept Retry-After)."""
+        origin = self._origin_for(key)
+        origin.next_start = max(origin.next_start, not_before)
+
+    def knows_origin(self, key: str) -> bool:
+        """Whether origin ``key`` has been queued, restored or held here."""
+        return key in self._origins
+
+    def origin_state(self, key: str) -> OriginState:
+        """What a store keeps of origin ``key`` (which must be known here)."""
+        origin = self._origins[key]
+        return OriginState(origin.robots, origin.rules, origin.failure, origin.delay)
+
+    # -- taking --------------------------------------------------------------------------
+
+    def take(self, *, now: float, start_new: bool) -> Taken | None:
+        """The next request that may go out at ``now``, leased; None if none may yet.
+
+        None does not mean the frontier is empty: an origin may be waiting out its delay
+        (see :meth:`next_wakeup`), its robots.txt, or a slot under ``max_per_host``.
+
+        Args:
+            now: The engine's clock, in seconds.
+            start_new: Whether a URL's first attempt may be handed out. If not, and the next
+                request would be one, :data:`OUT_OF_BUDGET` comes back and nothing is taken.
+        """
+        while self._sleeping and self._sleeping[0][0] <= now:
+            _, key = heapq.heappop(self._sleeping)
+            origin = self._origins[key]
+            origin.sleeping = False
+            self._make_ready(origin)
+        while self._ready:
+            _, key = heapq.heappop(self._ready)
+            origin = self._origins[key]
+            origin.ready = False
+            if not self._can_start(origin):
+                continue  # made ready again when robots.txt arrives or a request ends
+            if origin.next_start > now:
+                origin.sleeping = True
+                heapq.heappush(self._sleeping, (origin.next_start, key))
+                continue
+            if origin.robots is RobotsState.UNKNOWN:
+                return self._take_robots(origin, now)
+            if not start_new and origin.head_is_new():
+                self._make_ready(origin)
+                return OUT_OF_BUDGET
+            request = self._pop(origin)
+            self._make_ready(origin)
+            if origin.robots is RobotsState.FAILED:
+                assert origin.failure is not None
+                return Unfetchable(request, origin.failure)
+            assert origin.rules is not None
+            if request.attempt == 1 and not origin.rules.allowed(request.url):
+                LOGGER.info("robots.txt disallows %s", request.url)
+                return Disallowed(request)
+            self._lease(origin, request, now)
+            return request
+        return None
+
+    def next_wakeup(self) -> float | None:
+        """When an origin now waiting out its delay may start; None if none waits."""
+        return self._sleeping[0][0] if self._sleeping else None
+
+    # -- what happens to a request handed out ---------------------------------------------
+
+    def started(self, request: FetchRequest, *, now: float) -> None:
+        """An attempt for ``request`` starts now: its origin's delay runs from here.
+
+        :meth:`take` already starts the delay when it hands a request out, but a request
+        can wait for an idle worker after that; timing the delay from the real start keeps
+        requests to one origin ``delay`` apart however long they waited.
+        """
+        origin = self._origin(request)
+        if origin.delay:
+            origin.next_start = max(origin.next_start, now + origin.delay)
+        self._started_now(origin, request)
+
+    def complete(self, request: FetchRequest) -> None:
+        """``request``'s URL is done (it has its record): it leaves the frontier for good."""
+        origin = self._origin(request)
+        self._started_now(origin, request)
+        self._release(origin, request)
+
+    def retry(self, request: FetchRequest) -> bool:
+        """A retry of a request in flight: True to attempt it at once, on the same worker.
+
+        On an origin with a delay, a page's retry waits its turn like any request: it goes
+        back to the front of the origin's queue, and False comes back. A robots.txt retry
+        (or its redirect) is always made at once: nothing else of the origin goes out
+        while it is pending, so it cannot crowd the host.
+        """
+        origin = self._origin(request)
+        self._started_now(origin, request)
+        if not origin.delay or isinstance(request, RobotsRequest):
+            return True
+        self._requeue(origin, request)
+        return False
+
+    def retry_later(self, request: FetchRequest, *, not_before: float) -> None:
+        """Put a request in flight back, first in line; its whole origin waits until then.
+
+        For ``Retry-After``: the header speaks for the server, not for one URL.
+        """
+        origin = self._origin(request)
+        self._started_now(origin, request)
+        origin.next_start = max(origin.next_start, not_before)
+        self._requeue(origin, request)
+
+    def give_back(self, request: FetchRequest) -> None:
+        """Take back a request handed out but never attempted: it goes out again later.
+
+        A robots.txt request given back leaves its origin as if it was never asked for.
+
+        Raises:
+            RuntimeError: If ``request`` is not in flight (an engine bug).
+        """
+        if isinstance(request, RobotsRequest):
+            origin = self._origins[request.origin]
+            if origin.robots is not RobotsState.FETCHING:
+                raise RuntimeError(f"{request.url} is not in flight; it cannot be given back")
+            origin.unstarted.discard(request.url)
+            origin.in_flight -= 1
+            self._set_robots(origin, RobotsState.UNKNOWN)
+            self._make_ready(origin)
+            return
+        if request.url not in self._in_flight:
+            raise RuntimeError(f"{request.url} is not in flight; it cannot be put back")
+        origin = self._origin(request)
+        self._started_now(origin, request)
+        self._requeue(origin, request)
+
+    def is_leased(self, request: FetchRequest) -> bool:
+        """Whether ``request`` was handed out and is not yet completed or given back."""
+        if isinstance(request, RobotsRequest):
+            origin = self._origins.get(request.origin)
+            return origin is not None and origin.robots is RobotsState.FETCHING
+        return request.url in self._in_flight
+
+    # -- robots.txt ------------------------------------------------------------------------
+
+    def robots_settled(
+        self,
+        request: RobotsRequest,
+        *,
+        rules: RobotsRules | None = None,
+        failure: str | None = None,
+        delay: float | None = None,
+        now: float,
+    ) -> None:
+        """An origin's robots.txt is decided: its ``rules``, or the ``failure`` to fetch it.
+
+        ``delay``, if given, is the origin's new delay between requests (a ``Crawl-delay``
+        longer than ``--delay``), and runs from ``now``.
+        """
+        origin = self._origins[request.origin]
+        self._started_now(origin, request)
+        origin.in_flight -= 1
+        if rules is not None:
+            origin.rules = rules
+            self._set_robots(origin, RobotsState.KNOWN)
+        else:
+            assert failure is not None, "robots_settled() needs rules or a failure"
+            origin.failure = failure
+            self._set_robots(origin, RobotsState.FAILED)
+        if delay is not None:
+            origin.delay = delay
+            origin.next_start = max(origin.next_start, now + delay)
+        self._make_ready(origin)
+
+    def take_robots(self, key: str, *, now: float) -> RobotsRequest:
+        """Hand out origin ``key``'s robots.txt now, whatever its queue holds: for a store
+        whose server decided that this process fetches it (the Redis store)."""
+        origin = self._origin_for(key)
+        self._set_robots(origin, RobotsState.UNKNOWN)
+        return self._take_robots(origin, now)
+
+    def release(self, request: FetchRequest) -> None:
+        """Forget ``request``, in flight here, without queueing it again: its store has
+        given it back to where it keeps its queue (the Redis store's server)."""
+        origin = self._origin(request)
+        self._started_now(origin, request)
+        self._release(origin, request)
+
+    # -- the only places the counts change ---------------------------------------------------
+
+    def _push(self, origin: _Origin, count: int) -> None:
+        origin.queued += count
+        self._queued += count
+        self._make_ready(origin)
+
+    def _pop(self, origin: _Origin) -> FetchRequest:
+        origin.queued -= 1
+        self._queued -= 1
+        if origin.requeued:
+            return origin.requeued.popleft()
+        batch = origin.batches[0]
+        url = batch.urls[batch.next_index]
+        batch.next_index += 1
+        if batch.next_index == len(batch.urls):
+            origin.batches.popleft()
+        return FetchRequest(
+            url=url,
+            redirects_left=batch.redirects_left,
+            depth=batch.depth,
+            sitemap=batch.sitemap,
+            known=None if batch.known is None else batch.known.get(url),
+        )
+
+    def _lease(self, origin: _Origin, request: FetchRequest, now: float) -> None:
+        self._in_flight.add(request.url)
+        origin.in_flight += 1
+        origin.next_start = now + origin.delay
+        if origin.delay:
+            origin.unstarted.add(request.url)
+
+    def _release(self, origin: _Origin, request: FetchRequest) -> None:
+        self._in_flight.remove(request.url)
+        origin.in_flight -= 1
+        self._make_ready(origin)
+
+    def _set_robots(self, origin: _Origin, state: RobotsState) -> None:
+        fetching = RobotsState.FETCHING
+        self._robots_fetching += (state is fetching) - (origin.robots is fetching)
+        origin.robots = state
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _origin_for(self, key: str) -> _Origin:
+        """Origin ``key``, made if new: its robots.txt UNKNOWN when robots.txt is obeyed."""
+        origin = self._origins.get(key)
+        if origin is None:
+            rules = None if self._obey_robots else RobotsRules()
+            origin = self._origins[key] = _Origin(key, delay=self._delay, rules=rules)
+        return origin
+
+    def _origin(self, request: FetchRequest) -> _Origin:
+        if isinstance(request, RobotsRequest):
+            return self._origins[request.origin]
+        return self._origins[origin_of(request.url)]
+
+    def _take_robots(self, origin: _Origin, now: float) -> RobotsRequest:
+        self._set_robots(origin, RobotsState.FETCHING)
+        origin.in_flight += 1
+        origin.next_start = now + origin.delay
+        url = robots_url(origin.key)
+        if origin.delay:
+            origin.unstarted.add(url)
+        self._make_ready(origin)
+        LOGGER.debug("fetching %s", url)
+        return RobotsRequest(url=url, redirects_left=MAX_ROBOTS_REDIRECTS, origin=origin.key)
+
+    def _requeue(self, origin: _Origin, request: FetchRequest) -> None:
+        """Move a request in flight back to the front of its origin's queue."""
+        self._release(origin, request)
+        origin.requeued.appendleft(request)
+        # An origin already in the ready heap keeps its entry, made for its old head: a
+        # stale sequence is only a little early or late.
+        self._push(origin, 1)
+
+    def _started_now(self, origin: _Origin, request: FetchRequest) -> None:
+        """``request`` has started (or ended, or gone back): the next may be handed out."""
+        if origin.unstarted:
+            origin.unstarted.discard(request.url)
+            if not origin.unstarted:
+                self._make_ready(origin)
+
+    def _make_ready(self, origin: _Origin) -> None:
+        if origin.ready or origin.sleeping or not origin.queued:
+            return
+        origin.ready = True
+        heapq.heappush(self._ready, (origin.head_sequence(), origin.key))
+
+    def _can_start(self, origin: _Origin) -> bool:
+        if origin.robots is RobotsState.FETCHING or origin.unstarted:
+            return False
+        limit = self._max_per_host
+        return limit is None or origin.in_flight < limit

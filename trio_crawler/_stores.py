@@ -1,0 +1,74 @@
+"""The one place that knows which stores exist: a crawl's options in, a store out.
+
+Everything else (the core, the engine shell, the command line, the outputs) talks to a
+store through the seams of :mod:`trio_crawler._frontier` and never asks which kind it
+holds. Adding a store is a module that implements those two interfaces, and a branch here.
+
+Each durable store's module is imported only by a crawl that uses it: sqlite3, and the
+scripts and client of the shared frontier, would add tens of milliseconds to the start of
+every crawl in memory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._config import CrawlConfig
+    from ._frontier import Store
+
+
+def open_store(config: CrawlConfig) -> Store:
+    """The store the options ask for: ``frontier`` (Redis), ``state`` (SQLite), or memory.
+
+    A durable store is opened and checked here, before the crawl starts: a state file
+    that is not ours, or in use, is refused now, having changed nothing. A shared frontier
+    is reached when its session opens (``crawl()``), and refused then.
+
+    Raises:
+        ConfigError: The store cannot be used (a ``StateFileError``, a ``ClusterError``).
+    """
+    if config.frontier is not None:
+        from ._store_redis import RedisFrontier
+
+        return RedisFrontier(config)
+    if config.state is not None:
+        from ._store_sqlite import open_state_store
+
+        return open_state_store(config)
+    from ._store_memory import MemoryFrontier
+
+    return MemoryFrontier(
+        delay=config.delay, obey_robots=config.obey_robots, max_per_host=config.max_per_host
+    )
+
+
+def stored_roots_now(*, state: str | None) -> tuple[str, ...] | None:
+    """The roots of the crawl a state file holds, for a run given no ROOTs; None when
+    the options name no store that can say without a server (then the roots must be
+    given, or found with :func:`find_stored_roots`).
+
+    Raises:
+        ConfigError: The file holds no crawl, or cannot be used.
+    """
+    if state is None:
+        return None
+    from ._statefile import stored_roots
+
+    return stored_roots(state)
+
+
+async def find_stored_roots(
+    *, state: str | None, frontier: str | None, crawl_id: str
+) -> tuple[str, ...] | None:
+    """The roots of the crawl the options name, for a run given no ROOTs (a resumed
+    state file, a shared crawl joined); None when they name no store.
+
+    Raises:
+        ConfigError: The store holds no crawl, or cannot be used.
+    """
+    if frontier is not None:
+        from ._cluster import shared_roots
+
+        return await shared_roots(frontier, crawl_id)
+    return stored_roots_now(state=state)

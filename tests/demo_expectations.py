@@ -2,9 +2,10 @@
 
 The demo site (``trio_crawler._demo``) ships in the package because ``--demo`` serves it;
 what a crawl of it *should* find is the tests' business, so it lives here. The media types
-and redirect statuses below are the crawler's documented behaviour (README, "Crawl
-behaviour"), written out rather than imported from the core: a change to the core's
-constants then shows up as a failing test instead of moving the expectation with it.
+and redirect statuses below are the crawler's documented behaviour (docs/usage.md, "Where
+this departs from the chapter, on purpose"), written out rather than imported from the
+core: a change to the core's constants then shows up as a failing test instead of moving
+the expectation with it.
 """
 
 from __future__ import annotations

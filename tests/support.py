@@ -42,7 +42,7 @@ HANG_LIMIT = 120
 # The repository's root: where the examples run from.
 REPO = Path(__file__).resolve().parent.parent
 
-# The JSON keys of one record, in order (README.md, "One record per URL"). Spelled out here
+# The JSON keys of one record, in order (docs/usage.md, "One record per URL"). Spelled out here
 # rather than read from FetchStatistic, so that a change to the code cannot change what the
 # tests expect.
 RECORD_KEYS = [

@@ -1,6 +1,6 @@
 """``--frontier``: one crawl shared by several processes through a real Redis server.
 
-What the README promises ("Crawling with many machines"): the union of the processes'
+What docs/long-crawls.md promises ("Crawling with many machines"): the union of the processes'
 outputs has one record per URL, each URL fetched once; every process exits 0 soon after
 the last record, by the server's word and not an idle timer; a process killed with SIGKILL
 costs duplicates only for what it held, one stopped with SIGINT gives its URLs back at once;

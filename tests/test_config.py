@@ -1,9 +1,9 @@
-"""The options' declarations and what is made from them: checks, the Crawler, the CLI, the README.
+"""The options' declarations and what is made from them: checks, the Crawler, the CLI, the docs.
 
 Each option is declared once, as a field of ``CrawlOptions`` (or, for the command line's own
 options, of ``CommandLine``). These tests pin what the declarations must give: the checks'
 messages, the ``Crawler`` signature, the ``CrawlKeywords`` TypedDict that type checkers
-read, the command-line flags and their defaults, and the README's options tables.
+read, the command-line flags and their defaults, and the options tables in docs/usage.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from trio_crawler._config import (
     normalize_roots,
 )
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+# Where the options are documented: the tables, the chapter's spellings, the signature.
+USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
 
 # The chapter's signature first (client where its loop was), then this port's additions.
 SIGNATURE = (
@@ -162,8 +163,8 @@ def test_crawler_signature_is_the_chapters_with_every_option() -> None:
         assert plain(inspect.signature(module.Crawler)) == SIGNATURE
 
 
-def test_readme_shows_the_crawler_signature() -> None:
-    text = " ".join(README.read_text(encoding="utf-8").split())
+def test_usage_shows_the_crawler_signature() -> None:
+    text = " ".join(USAGE.read_text(encoding="utf-8").split())
     assert f"`Crawler{SIGNATURE}`" in text
 
 
@@ -232,13 +233,13 @@ def test_every_flag_is_declared_once() -> None:
         assert spec.flags or spec.off_flags, f"{name} has no flag"
 
 
-# --- the README --------------------------------------------------------------------------
+# --- docs/usage.md ----------------------------------------------------------------------
 
 
-def readme_option_rows() -> dict[str, str]:
-    """Each flag in the README's options tables ("Using it"), with its row's default cell."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Using it") : text.index("### Limits and failure handling")]
+def usage_option_rows() -> dict[str, str]:
+    """Each flag in docs/usage.md's options tables ("Options"), with its row's default cell."""
+    text = USAGE.read_text(encoding="utf-8")
+    section = text[text.index("\n## Options\n") : text.index("\n## Exit status and signals\n")]
     rows: dict[str, str] = {}
     for line in section.splitlines():
         if not line.startswith("| `-"):
@@ -249,11 +250,11 @@ def readme_option_rows() -> dict[str, str]:
     return rows
 
 
-def test_readme_tables_list_every_flag_with_its_default() -> None:
-    rows = readme_option_rows()
+def test_usage_tables_list_every_flag_with_its_default() -> None:
+    rows = usage_option_rows()
     for name, f, spec, kind in all_declarations():
         for flag in (*spec.flags[:1], *spec.off_flags[:1]):
-            assert flag in rows, f"{flag} is not in the README's options tables"
+            assert flag in rows, f"{flag} is not in docs/usage.md's options tables"
         if spec.counted or kind is bool:
             continue  # a switch's row says what it does when absent, in words
         cell = rows[spec.flags[0]]
@@ -265,15 +266,15 @@ def test_readme_tables_list_every_flag_with_its_default() -> None:
             assert cell.split()[0] == shown, (name, cell, shown)
 
 
-def test_readme_tables_name_no_undeclared_flag() -> None:
+def test_usage_tables_name_no_undeclared_flag() -> None:
     declared = {
         flag for _, _, spec, _ in all_declarations() for flag in spec.flags + spec.off_flags
     }
-    assert set(readme_option_rows()) - declared == {"--help", "--version"}
+    assert set(usage_option_rows()) - declared == {"--help", "--version"}
 
 
-def test_readme_names_the_chapters_spellings() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_usage_names_the_chapters_spellings() -> None:
+    text = USAGE.read_text(encoding="utf-8")
     aliases = [flag for _, _, spec, _ in all_declarations() for flag in spec.flags if "_" in flag]
     assert aliases == ["--max_redirect", "--max_tries", "--max_tasks"]
     for alias in aliases:

@@ -13,7 +13,7 @@ quick. Such a test compares whole tables, so one failure names every path that w
 
 The misbehaving server is tests/hostile_server.py, which writes raw bytes because HTTP
 libraries refuse to send broken responses. Network errors are retried, up to ``max_tries``
-attempts (README.md, "Limits and failure handling"), so the tests crawl with ``max_tries=2``
+attempts (docs/usage.md, "Limits and failure handling"), so the tests crawl with ``max_tries=2``
 and check that the server saw exactly two tries.
 
 Each test runs once per engine (the ``engine`` fixture in conftest.py); on the Trio
@@ -254,7 +254,7 @@ async def test_bodies_larger_than_max_size_are_not_read(engine: Engine) -> None:
         f"ResponseTooLarge: body exceeds {MIB} bytes"
     )
     # A status-200 record has a type and an encoding, read or not: the encoding is the
-    # Content-Type charset, else utf-8 (README.md, "Limits and failure handling").
+    # Content-Type charset, else utf-8 (docs/usage.md, "Limits and failure handling").
     assert {(stat.content_type, stat.encoding) for stat in crawler.done} == {("text/html", "utf-8")}
     # Not retried: the next try would be as large.
     assert {path: server.hits[path] for path in OVERSIZED} == dict.fromkeys(OVERSIZED, 1)
@@ -296,7 +296,7 @@ async def test_body_that_is_not_the_gzip_it_claims(engine: Engine) -> None:
 # -- redirects -----------------------------------------------------------------------------
 
 # Each Location the crawler cannot use; the record must be like a 404's: the status, no
-# next_url (README.md, "Limits and failure handling").
+# next_url (docs/usage.md, "Limits and failure handling").
 UNUSABLE_LOCATIONS = {
     "/no-location": None,
     "/empty-location": b"",

@@ -1,6 +1,6 @@
 """``--state FILE``: a crawl killed, interrupted or out of time, resumed by the same command.
 
-What the README promises ("Long crawls: resume and recrawl"): however many times the crawl
+What docs/long-crawls.md promises ("Long crawls: resume and recrawl"): however many times the crawl
 was killed (SIGKILL), interrupted (SIGINT) or stopped by ``--max-time`` and run again, the
 ``-o`` file ends with exactly one whole JSON line per URL of the site; only URLs in flight
 at a kill are fetched again; ``--recrawl`` sends conditional requests and follows a 304

@@ -1,6 +1,6 @@
 """Signals and shutdown: real SIGINT and SIGTERM sent to ``python -m trio_crawler``.
 
-What a user and a service manager are promised (README.md, "Using it", on the exit status;
+What a user and a service manager are promised (docs/usage.md, "Exit status and signals";
 ``_cli.py``): the first SIGINT or SIGTERM stops scheduling new URLs and gives the requests
 in flight ``--grace`` seconds (default 5) to finish, then cancels them; a second signal
 cancels them at once. Either way every finished URL is in the output as a whole JSON

@@ -4,7 +4,7 @@ An option is one field of :class:`CrawlOptions`: its name, type and default are 
 and an :class:`Option` in the field's metadata (made by :func:`option`) holds the rest: its
 help text, the check its value must pass, and how the command line spells it. Everything
 else is derived from those fields, so adding an option is one declaration (plus its test and
-its README row):
+its row in docs/usage.md):
 
 * validation: :class:`CrawlOptions` checks each value when it is made and raises
   :class:`ConfigError` naming the option by its Python name; :class:`CrawlConfig` is the
@@ -296,7 +296,7 @@ class CrawlOptions:
     """The options of one crawl, checked when made; the roots are :class:`CrawlConfig`'s.
 
     The fields are the declarations: their order is the order of ``--help``, of the
-    README's tables and (the chapter's first) of the ``Crawler`` signature.
+    the option tables of docs/usage.md and (the chapter's first) of the ``Crawler`` signature.
 
     Raises:
         ConfigError: For the first option whose value is unusable.

@@ -4,29 +4,37 @@ Theory of operation
 -------------------
 The whole concurrency of a crawl::
 
-    async with trio.open_nursery() as nursery:          # no task outlives crawl()
-        sender, receiver = trio.open_memory_channel(0)  # a request goes to an idle worker
-        for _ in range(max_tasks):
-            nursery.start_soon(worker, receiver.clone())
-        nursery.start_soon(dispatch, sender)
+    async with store.session(runtime):                  # a shared crawl joined here
+        async with trio.open_nursery() as nursery:      # no task outlives crawl()
+            sender, receiver = trio.open_memory_channel(0)  # a request to an idle worker
+            for _ in range(max_tasks):
+                nursery.start_soon(worker, receiver.clone())
+            nursery.start_soon(dispatch, sender)
 
     async def dispatch(sender):                         # the only sender
         async with sender:                              # closing it ends every worker
             while True:
-                request = state.next_request(now)
+                request = state.next_request(now=trio.current_time())
                 if request is not None:
                     await sender.send(request)          # blocks until a worker is idle
+                elif store.has_work(starved=True):      # a state file to write, a lease
+                    await store.flush(starved=True)
                 elif state.finished:                    # replaces Queue.join()
                     break
                 else:                                   # a worker finished a URL,
-                    with move_on_at(state.next_wakeup()):   # or a host's delay is over
+                    with trio.move_on_at(state.next_wakeup()):  # or a delay is over
                         await progress.wait()
 
     async def worker(receiver):
         async for request in receiver:
+            state.attempt_started(request, now=trio.current_time())
+            await store.before_attempt(request)
             with trio.move_on_after(timeout):           # bounds one attempt
                 outcome = await fetch(client, request.url)
-            state.attempt_finished(request, outcome)    # may queue links; wakes dispatch
+            result = state.attempt_finished(request, outcome, now=trio.current_time())
+            if isinstance(result, Committing):          # a durable store keeps it first
+                await store.settle(request)             # ... and then the record is made
+            progress.set()                              # may have queued links
 
 Why the channel's buffer is 0. Workers discover the work they consume: every page can add
 links. If workers sent new URLs into the channel they receive from, a bounded buffer would

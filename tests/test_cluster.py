@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
-from redis_server import RedisServer, free_port, running_redis
+from redis_server import MISSING, RedisServer, free_port, running_redis
 from sites import Run, Site, run_child
 
 from httpserver import Reply, Request, open_test_server
@@ -41,6 +41,18 @@ END_WITHIN = 2.0
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     with running_redis(tmp_path / "redis") as server:
         yield server
+
+
+def test_without_redis_server_a_test_fails_with_one_line_saying_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(pytest.fail.Exception) as failed, running_redis(tmp_path / "redis"):
+        raise AssertionError("a server started without redis-server on PATH")
+    assert str(failed.value) == MISSING
+    assert "\n" not in MISSING
+    assert "apt-get install redis-server" in MISSING
+    assert failed.value.pytrace is False  # pytest shows the line, not a traceback
 
 
 def command(engine: str, frontier: str, output: Path | None, *extra: str) -> list[str]:

@@ -427,6 +427,32 @@ async def test_usage_errors_are_one_line(tmp_path: Path, redis: RedisServer) -> 
 
 
 @pytest.mark.trio
+async def test_a_database_that_is_not_there_is_a_usage_error(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """A /DB that is no number is refused with the options; one the server does not have
+    (it has 16) when connecting: either way one line naming the URL, exit 2, no report and
+    no request, whether the process creates the crawl, joins it or asks for --status."""
+    base = f"redis://127.0.0.1:{redis.port}"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server({"/": Reply.html("hi")}) as http:
+            for database, expected in [
+                ("99", f"--frontier {base}/99 has no database 99: DB index is out of range"),
+                ("abc", f"--frontier must name its database by number (redis://HOST[:PORT]"
+                 f"[/DB], DB from 0), not '{base}/abc'"),
+                ("-1", f"--frontier must name its database by number (redis://HOST[:PORT]"
+                 f"[/DB], DB from 0), not '{base}/-1'"),
+            ]:  # fmt: skip
+                for extra in ([http.url()], [], ["--status"]):
+                    args = command("trio", f"{base}/{database}", None, *extra)
+                    run = await run_child(args, tmp_path)
+                    assert run.returncode == 2, run
+                    assert run.stdout == "", run  # no report
+                    assert run.stderr == f"trio-crawler: error: {expected}\n", run
+    assert http.requests == []
+
+
+@pytest.mark.trio
 async def test_a_password_is_never_shown(tmp_path: Path) -> None:
     """In the URL or in the environment, the password works and never appears in what
     the crawler writes: logs, errors, the report, --status, records."""

@@ -151,7 +151,16 @@ def _refusal(exc: BaseException, where: str) -> ClusterError | None:
         return ClusterError(f"{where} refused the credentials: {_reason(exc)}")
     if isinstance(exc, _lost_errors()):
         return ClusterError(f"cannot reach {where}: {_reason(exc)}")
+    if isinstance(exc, coredis.exceptions.ResponseError) and _NO_DATABASE in str(exc):
+        # The URL's /DB is a number (checked with the options), but one past the server's
+        # "databases" setting: its SELECT is refused as the connection is made.
+        database = urlsplit(where).path.removeprefix("/") or "0"
+        return ClusterError(f"{where} has no database {database}: {_reason(exc)}")
     return None
+
+
+# Redis's answer to SELECT of a database it does not have (src/db.c, selectDb).
+_NO_DATABASE = "DB index is out of range"
 
 
 def prefix_of(crawl_id: str) -> str:

@@ -488,6 +488,28 @@ async def test_a_password_is_never_shown(tmp_path: Path) -> None:
     assert "***" in wrong.stderr, wrong
 
 
+@pytest.mark.trio
+async def test_a_missing_password_says_how_to_give_one(tmp_path: Path) -> None:
+    """A server started with --requirepass, no password given: one line saying so and
+    where a password goes, not Redis's words about HELLO; creating, joining or --status."""
+    environment = {k: v for k, v in os.environ.items() if k != "TRIO_CRAWLER_REDIS_PASSWORD"}
+    with (
+        running_redis(tmp_path / "redis", password="s3cret") as server,
+        trio.fail_after(HANG_LIMIT),
+    ):
+        frontier = server.url(password="")
+        for extra in (["http://127.0.0.1:9/"], [], ["--status"]):
+            run = await run_child(
+                command("trio", frontier, None, *extra), tmp_path, env=environment
+            )
+            assert run.returncode == 2, run
+            assert run.stdout == "", run
+            assert run.stderr == (
+                f"trio-crawler: error: --frontier {frontier}: this server needs a password "
+                "(give it in the URL or TRIO_CRAWLER_REDIS_PASSWORD)\n"
+            ), run
+
+
 @pytest.mark.parametrize("named", ["127.0.0.1", "other.example"])
 @pytest.mark.trio
 async def test_tls_to_the_server(tmp_path: Path, named: str) -> None:

@@ -145,6 +145,13 @@ def _refusal(exc: BaseException, where: str) -> ClusterError | None:
         return None
     if isinstance(exc, ClusterError):
         return exc
+    if isinstance(exc, coredis.exceptions.AuthenticationRequiredError):
+        # NOAUTH: none was given. Redis's own words ("HELLO must be called with the client
+        # already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used")
+        # describe its protocol, not what to do.
+        return ClusterError(
+            f"{where}: this server needs a password (give it in the URL or {PASSWORD_VARIABLE})"
+        )
     if isinstance(
         exc, coredis.exceptions.AuthenticationError | coredis.exceptions.AuthorizationError
     ):

@@ -18,6 +18,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -380,6 +381,102 @@ async def test_joining_a_finished_crawl_makes_no_request(
     assert status.stdout == "queued: 0\nleased: 0\ndone: 30\nfailed: 0\nfinished: yes\n", status
 
 
+class StderrWatch:
+    """A child's stderr, read as it comes, so that a test can wait for a line of it."""
+
+    def __init__(self) -> None:
+        self.text = b""
+        self.ended = False
+        self._changed = trio.Event()
+
+    async def read(self, stream: trio.abc.ReceiveStream) -> None:
+        async for chunk in stream:
+            self.text += chunk
+            self._changed.set()
+            self._changed = trio.Event()
+        self.ended = True
+        self._changed.set()
+
+    async def wait_for(self, text: bytes) -> None:
+        while text not in self.text:
+            assert not self.ended, f"the process ended without saying {text!r}: {self.text!r}"
+            await self._changed.wait()
+
+
+async def start_watched(
+    nursery: trio.Nursery, args: list[str], tmp_path: Path, name: str
+) -> tuple[trio.Process, StderrWatch]:
+    """Start ``args``, its stdout to ``tmp_path/name.out`` and its stderr watched."""
+    with (tmp_path / f"{name}.out").open("wb") as stdout:
+        process = await trio.lowlevel.open_process(args, stdout=stdout, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    watch = StderrWatch()
+    nursery.start_soon(watch.read, process.stderr)
+    return process, watch
+
+
+@pytest.mark.trio
+async def test_a_joiner_started_first_waits_for_the_crawl(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """Two processes given no ROOTs start before the one with them: each waits (and says
+    so with -v); one stopped by SIGINT meanwhile exits 130 at once, with no report; the
+    other joins once the crawl is created, and the crawl finishes with one record per URL."""
+    site = Site(60, random.Random(f"{SEED}-join"), pause=0.01)
+    outputs = [tmp_path / "creator.jsonl", tmp_path / "joiner.jsonl"]
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http, trio.open_nursery() as nursery:
+            http.fallback(site.handle)
+            joining = command("asyncio", redis.url(), outputs[1], "-v")
+            joiner, joiner_err = await start_watched(nursery, joining, tmp_path, "joiner")
+            interrupting = command("trio", redis.url(), None, "-v")
+            interrupted, interrupted_err = await start_watched(
+                nursery, interrupting, tmp_path, "interrupted"
+            )
+            for watch in (joiner_err, interrupted_err):
+                await watch.wait_for(b"yet: waiting up to 30 s")
+            interrupted.send_signal(signal.SIGINT)
+            with trio.fail_after(10):  # well inside the 30 s wait: the signal ended it
+                await interrupted.wait()
+            creating = command("trio", redis.url(), outputs[0], "--ignore-robots")
+            creator = await run_child([*creating, http.url("/p/0.html")], tmp_path, name="c")
+            await joiner.wait()
+    joined = (tmp_path / "joiner.out").read_text()
+    context = f"{creator}\njoiner: {joiner.returncode} {joined} {joiner_err.text!r}"
+    assert interrupted.returncode == 130, interrupted_err.text
+    assert (tmp_path / "interrupted.out").read_text() == ""
+    assert creator.returncode == 0, context
+    assert joiner.returncode == 0, context
+    assert "Finish reason: finished" in joined, context
+    assert b"joined crawl 'crawl'" in joiner_err.text, context
+    urls = union(outputs, context)
+    assert sorted(urls) == sorted(http.url(path) for path in site.paths()), context
+
+
+@pytest.mark.trio
+async def test_a_joiner_gives_up_when_no_crawl_comes(redis: RedisServer) -> None:
+    """After its wait (30 s on the command line, shortened here), one error naming the
+    crawl; the server was asked a few times with growing pauses, not in a busy loop."""
+    import coredis
+
+    from trio_crawler._cluster import ClusterError, shared_roots
+
+    with trio.fail_after(HANG_LIMIT):
+        started = trio.current_time()
+        with pytest.raises(
+            ClusterError,
+            match=r"^frontier redis://127\.0\.0\.1:\d+/0 holds no crawl named 'docs' "
+            r"\(waited 1\.5 s for one\); give ROOTs to start one$",
+        ):
+            await shared_roots(redis.url(), "docs", wait=1.5)
+        waited = trio.current_time() - started
+        async with coredis.Redis.from_url(redis.url(), decode_responses=True) as client:
+            stats = await client.info("commandstats")
+    assert 1.5 <= waited < 1.5 + 5, waited
+    looks = stats["cmdstat_hmget"]["calls"]
+    assert 3 <= looks <= 8, stats["cmdstat_hmget"]
+
+
 async def one_line_error(args: list[str], tmp_path: Path, **kwargs: object) -> str:
     run = await run_child(args, tmp_path, **kwargs)  # type: ignore[arg-type]
     assert run.returncode == 2, run
@@ -399,8 +496,8 @@ async def test_usage_errors_are_one_line(tmp_path: Path, redis: RedisServer) -> 
         assert "cannot reach" in line
         line = await one_line_error(command("trio", redis.url(), None, "--status"), tmp_path)
         assert "no crawl named 'crawl'" in line
-        line = await one_line_error(command("trio", redis.url(), None), tmp_path)
-        assert "no crawl named" in line
+        # A joiner given no ROOTs waits for the crawl to be created: see
+        # test_a_joiner_gives_up_when_no_crawl_comes for the line it ends with.
         line = await one_line_error(
             command("trio", redis.url(), None, "--state", str(tmp_path / "s.db"), "http://a.test/"),
             tmp_path,

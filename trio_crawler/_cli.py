@@ -240,8 +240,9 @@ class CrawlRun:
         if self.unusable_state is not None:  # nothing ran, nothing in the file changed
             print(f"{PROG}: error: --{self.unusable_state}", file=sys.stderr)
             return EXIT_USAGE
-        # Here the crawl returned, so the crawler was made; a crawl that raised is not here.
-        finish_reason = self.crawler.finish_reason if self.crawler is not None else None
+        # Here the crawl returned (a crawl that raised is not here), so the crawler was made,
+        # unless a signal came while the process waited for the shared crawl to be created.
+        finish_reason = self.crawler.finish_reason if self.crawler is not None else "interrupted"
         if held or finish_reason == "interrupted":
             return EXIT_INTERRUPTED
         if finish_reason == "frontier-lost":
@@ -270,6 +271,32 @@ class CrawlRun:
         self.crawler = crawler
         return crawler
 
+    async def _join_roots(self, frontier: str, signals: AsyncIterator[int]) -> Sequence[str] | None:
+        """The roots of the shared crawl this process joins without ROOTs; None if there is
+        no such crawl (then :attr:`unusable_state` says why) or a signal came first.
+
+        The crawl may not exist yet, and is waited for (see
+        :func:`~trio_crawler._cluster.shared_roots`): Ctrl-C or SIGTERM meanwhile ends the
+        wait, and the run, at once.
+        """
+        from ._cluster import shared_roots
+
+        found: list[Sequence[str]] = []
+        async with anyio.create_task_group() as waiting:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    waiting.cancel_scope.cancel("signal while waiting to join")
+                    return
+
+            waiting.start_soon(stop_on_signal)
+            try:
+                found.append(await shared_roots(frontier, self.options.crawl.crawl_id))
+            except ConfigError as exc:
+                self.unusable_state = exc
+            waiting.cancel_scope.cancel("joined")
+        return found[0] if found else None
+
     async def _crawl_until_signal(self) -> None:
         """Crawl, with the demo server beside the crawl if asked, until done or signalled.
 
@@ -284,12 +311,13 @@ class CrawlRun:
                     from ._demo import serve_demo
 
                     roots = [await task_group.start(serve_demo)]
+                frontier = self.options.crawl.frontier
+                if frontier is not None and not roots:  # joining: the server names them
+                    joined = await self._join_roots(frontier, signals)
+                    if joined is None:  # a signal, or no such crawl (unusable_state)
+                        return
+                    roots = joined
                 try:
-                    frontier = self.options.crawl.frontier
-                    if frontier is not None and not roots:  # joining: the server names them
-                        from ._cluster import shared_roots
-
-                        roots = await shared_roots(frontier, self.options.crawl.crawl_id)
                     crawler = self._make_crawler(roots)
                 except ConfigError as exc:  # the options were checked: this is the store's
                     self.unusable_state = exc

@@ -79,6 +79,16 @@ PASSWORD_VARIABLE = "TRIO_CRAWLER_REDIS_PASSWORD"
 # Seconds to connect, and to wait for one answer, before a call counts as failed.
 CONNECT_TIMEOUT = 5.0
 ANSWER_TIMEOUT = 10.0
+# Seconds a process given no ROOTs waits for the crawl it joins to be created (the
+# contract's figure). The processes of one crawl are often started together (a job array,
+# ``docker compose up``), and the one with the ROOTs may come up a moment after the others:
+# 30 s is an interpreter's start on a loaded machine many times over, and short enough that
+# a mistyped --crawl-id is soon told.
+JOIN_WAIT = 30.0
+# The pauses between two looks for that crawl: the first short, so that a crawl created a
+# moment later is found a moment later; each twice the last, up to one look every 2 s.
+JOIN_FIRST_PAUSE = 0.05
+JOIN_LAST_PAUSE = 2.0
 
 
 class ClusterError(ConfigError):
@@ -229,16 +239,19 @@ async def read_status(url: str, crawl_id: str) -> SharedCounts:
         raise ClusterError(f"{where}: crawl {crawl_id!r} is not a trio-crawler crawl") from None
 
 
-async def shared_roots(url: str, crawl_id: str) -> tuple[str, ...]:
+async def shared_roots(url: str, crawl_id: str, *, wait: float = JOIN_WAIT) -> tuple[str, ...]:
     """The roots of the shared crawl ``crawl_id``, for a process that joins it without them.
 
+    A crawl not there yet is looked for again, at growing intervals, for ``wait`` seconds:
+    the process given the ROOTs may be starting at the same moment as this one.
+
     Raises:
-        ClusterError: No server answers, or it holds no such crawl.
+        ClusterError: No server answers, or it holds no such crawl after ``wait`` seconds.
     """
     where = redacted(url)
     try:
         async with _client(url) as client:
-            meta = await client.hmget(prefix_of(crawl_id) + "meta", ["v", "roots"])
+            meta = await _wait_for_crawl(client, crawl_id, wait, where)
     except BaseException as exc:
         refusal = _refusal(exc, where)
         if refusal is None:
@@ -246,7 +259,10 @@ async def shared_roots(url: str, crawl_id: str) -> tuple[str, ...]:
         raise refusal from None
     version, roots = meta
     if version is None:
-        raise ClusterError(f"{where} holds no crawl named {crawl_id!r}; give ROOTs to start one")
+        raise ClusterError(
+            f"{where} holds no crawl named {crawl_id!r} (waited {wait:g} s for one); "
+            "give ROOTs to start one"
+        )
     try:
         stored = json.loads(roots) if version == "1" else None
     except (TypeError, ValueError):
@@ -254,6 +270,28 @@ async def shared_roots(url: str, crawl_id: str) -> tuple[str, ...]:
     if not (isinstance(stored, list) and stored and all(isinstance(r, str) for r in stored)):
         raise ClusterError(f"{where}: crawl {crawl_id!r} is not a trio-crawler crawl")
     return tuple(stored)
+
+
+async def _wait_for_crawl(client: Any, crawl_id: str, wait: float, where: str) -> list[Any]:
+    """The crawl's version and roots, once it exists or ``wait`` seconds have passed
+    (then the version is None). One look per pause, each pause twice the last."""
+    deadline = anyio.current_time() + wait
+    pause = JOIN_FIRST_PAUSE
+    while True:
+        meta: list[Any] = list(await client.hmget(prefix_of(crawl_id) + "meta", ["v", "roots"]))
+        left = deadline - anyio.current_time()
+        if meta[0] is not None or left <= 0:
+            return meta
+        if pause == JOIN_FIRST_PAUSE:
+            LOGGER.info(
+                "no crawl named %r on %s yet: waiting up to %g s for a process with ROOTs "
+                "to start it",
+                crawl_id,
+                where,
+                wait,
+            )
+        await anyio.sleep(min(pause, left))
+        pause = min(pause * 2, JOIN_LAST_PAUSE)
 
 
 def _reason(exc: BaseException) -> str:

@@ -17,6 +17,8 @@ import sys
 from typing import TYPE_CHECKING, TextIO, cast
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -25,9 +27,14 @@ LOGGER = logging.getLogger("trio_crawler")
 class JsonLinesWriter:
     """Writes records to a text stream, one JSON object per line.
 
-    A write error (a full disk, a closed pipe) is logged once and further records are
-    dropped from the output, not raised: the crawl and its report go on, since the output
-    is one consumer of the records and the in-memory ``done`` list keeps them all.
+    A write error (a full disk) is logged once and further records are dropped from the
+    output, not raised: the crawl and its report go on, since the output is one consumer of
+    the records and the in-memory ``done`` list keeps them all.
+
+    A pipe whose reader went away (``trio-crawler -o - ... | head -1``) is different: nobody
+    wants the rest. With :attr:`on_reader_gone` set, that callback is called (once) instead
+    of logging an error, so that the caller can end the crawl; the records are dropped as
+    for any write error.
     """
 
     def __init__(self, stream: TextIO, *, name: str, owns_stream: bool) -> None:
@@ -35,6 +42,9 @@ class JsonLinesWriter:
         self._owns_stream = owns_stream
         self.name = name
         self.failed = False
+        # Called, from inside write_line, when the reader of a pipe went away (EPIPE). It
+        # runs inside the core's decisions: it may take note, not act on the crawl.
+        self.on_reader_gone: Callable[[], None] | None = None
 
     @classmethod
     def open(cls, path: str, *, append: bool = False) -> JsonLinesWriter:
@@ -61,6 +71,9 @@ class JsonLinesWriter:
             self._stream.flush()
         except (OSError, ValueError) as exc:  # ValueError: the stream was closed
             self.failed = True
+            if isinstance(exc, BrokenPipeError) and self.on_reader_gone is not None:
+                self.on_reader_gone()
+                return
             LOGGER.error("cannot write to %s (%s); further records are not written", self.name, exc)
 
     def position(self) -> int:

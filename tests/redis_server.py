@@ -78,17 +78,19 @@ def find_redis_server() -> str:
 
 @contextlib.contextmanager
 def running_redis(
-    directory: Path, *extra: str, password: str | None = None
+    directory: Path, *extra: str, password: str | None = None, port: int | None = None
 ) -> Iterator[RedisServer]:
     """Start a server in ``directory``; stop it by its PID on the way out.
 
     ``extra`` are more ``redis-server`` arguments (TLS, for one); with ``password`` the
-    server requires it.
+    server requires it. ``port`` is a free one unless given: the port of a server that was
+    stopped, to start it again (it loads the ``dump.rdb`` that ``SHUTDOWN SAVE`` left in
+    ``directory``).
     """
     binary = find_redis_server()
     directory.mkdir(parents=True, exist_ok=True)
     tls = "--tls-port" in extra
-    port = free_port()
+    port = free_port() if port is None else port
     ports = ["--port", "0", "--tls-port", str(port)] if tls else ["--port", str(port)]
     args = [
         binary,

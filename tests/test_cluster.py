@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -348,13 +349,69 @@ async def test_a_lost_server_ends_the_crawl_with_records_kept(tmp_path: Path) ->
                 run = await run_child(args, tmp_path)
     assert run.returncode == 1, run
     assert "Finish reason: frontier-lost" in run.stdout, run
-    assert "lost the shared frontier" in run.stderr, run
+    # One warning as the server goes, saying until when; one error as the crawl gives up.
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1, run
+    assert re.fullmatch(
+        r"WARNING trio_crawler: shared frontier redis://127\.0\.0\.1:\d+/0: lost the server "
+        r"\(.+\); trying again until \d\d:\d\d:\d\d \(--lease 2 s\), then stopping",
+        warnings[0],
+    ), run
+    errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1, run
+    assert "lost the shared frontier" in errors[0], run
+    # The shared totals are the last the server gave, and say so.
+    assert re.search(r"^Shared crawl crawl: .+ leased \(last known\)$", run.stdout, re.M), run
     records = read_records(output, run)
     urls = [record["url"] for record in records]
     assert len(urls) == len(set(urls)), run
     # Every page has its record but those whose links the lost server never took: at most
     # what the process held (--max-tasks 4).
     assert len(urls) >= site.served - 4, f"{len(urls)} records, {site.served} pages: {run}"
+
+
+@pytest.mark.trio
+async def test_a_server_back_within_the_lease_is_one_line_each_way(tmp_path: Path) -> None:
+    """Redis stopped mid-crawl (saving its data) and started again on its port within the
+    lease: one warning as it goes, one as it comes back, and the crawl finishes with one
+    record per URL, its totals read at the end (not marked stale)."""
+    site = Site(300, random.Random(f"{SEED}-back"), pause=0.01)
+    site.arm(50)
+    output = tmp_path / "out.jsonl"
+    directory = tmp_path / "redis"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http, trio.open_nursery() as nursery:
+            http.fallback(site.handle)
+            with running_redis(directory) as first:
+                args = command(
+                    "trio", first.url(), output, "--ignore-robots", "--lease", "30",
+                    http.url("/p/0.html"),
+                )  # fmt: skip
+                crawl, watch = await start_watched(nursery, args, tmp_path, "crawl")
+                await site.triggered.wait()
+                # Stopped with its data saved, for the server started again to load.
+                async with await trio.open_tcp_stream("127.0.0.1", first.port) as server:
+                    await server.send_all(b"SHUTDOWN SAVE\r\n")
+                    assert await server.receive_some() == b""  # closed as it exits
+                await trio.to_thread.run_sync(first.process.wait)
+                await watch.wait_for(b"lost the server")
+            with running_redis(directory, port=first.port):
+                await crawl.wait()
+    stdout = (tmp_path / "crawl.out").read_text()
+    stderr = watch.text.decode()
+    context = f"exit {crawl.returncode}\n{stdout[-1500:]}\n{stderr}"
+    assert crawl.returncode == 0, context
+    warnings = [line for line in stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 2, context
+    assert "lost the server" in warnings[0], context
+    assert re.fullmatch(
+        r"WARNING trio_crawler: shared frontier \S+: the server is back after [\d.]+ s",
+        warnings[1],
+    ), context
+    assert "Finish reason: finished" in stdout, context
+    assert "(last known)" not in stdout, context
+    urls = [record["url"] for record in read_records(output, context)]
+    assert sorted(urls) == sorted(http.url(path) for path in site.paths()), context
 
 
 @pytest.mark.trio

@@ -425,11 +425,13 @@ def _report(crawler: AnyCrawler) -> str:
 
         assert isinstance(crawler.store, RedisFrontier)
         # Each process reports its own records; one line says where the whole crawl is.
+        # Marked when they are the last the server answered, not read at the end.
         shared = crawler.store.shared
         notes.append(
             f"Shared crawl {crawler.config.crawl_id}: {shared.done} done, "
             f"{shared.failed} failed, {shared.queued} queued, {shared.leased} leased"
             f"{', finished' if shared.finished else ''}"
+            f"{' (last known)' if crawler.store.counts_stale else ''}"
         )
     return format_report(
         crawler.done,

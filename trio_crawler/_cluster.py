@@ -399,6 +399,10 @@ class RedisFrontier(MemoryFrontier):
         self._idle_until: float | None = None
         self._closed = False
         self._joined = False
+        # When the server stopped answering (time.monotonic()), while calls retry; and
+        # whether self.shared is older than the end of this process's part (its report says).
+        self._away_since: float | None = None
+        self.counts_stale = False
 
     # -- counts: the window, and the rest of the shared crawl ------------------------------
 
@@ -686,12 +690,35 @@ class RedisFrontier(MemoryFrontier):
                 answer = json.loads(raw)
                 if not isinstance(answer, dict):
                     raise ValueError(f"not an answer: {raw!r:.80}")
+                if self._away_since is not None:
+                    LOGGER.warning(
+                        "shared frontier %s: the server is back after %.1f s",
+                        self.where,
+                        time.monotonic() - self._away_since,
+                    )
+                    self._away_since = None
                 return answer
             except _lost_errors() as exc:
                 if time.monotonic() + pause > give_up:
                     self.lost = f"lost the shared frontier at {self.where}: {_reason(exc)}"
                     raise FrontierLost(self.lost) from None
-                LOGGER.warning("shared frontier %s: %s; trying again", self.where, _reason(exc))
+                # One line when the server goes away, saying until when; then one when it is
+                # back, or when the crawl gives up (_store_lost): not one per retry.
+                if self._away_since is None:
+                    self._away_since = time.monotonic()
+                    until = time.strftime(
+                        "%H:%M:%S", time.localtime(time.time() + give_up - time.monotonic())
+                    )
+                    LOGGER.warning(
+                        "shared frontier %s: lost the server (%s); trying again until %s "
+                        "(--lease %g s), then stopping",
+                        self.where,
+                        _reason(exc),
+                        until,
+                        self.lease,
+                    )
+                else:
+                    LOGGER.debug("shared frontier %s: still away: %s", self.where, _reason(exc))
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 2.0)
             except ValueError as exc:
@@ -985,12 +1012,14 @@ class RedisFrontier(MemoryFrontier):
         """Read the shared counts as this process leaves, for its report (``Todo:`` and
         the shared totals): the last answer may be older than other processes' work."""
         if self.lost is not None:
+            self.counts_stale = True  # the last answer before the server was lost
             return
         failures: tuple[type[BaseException], ...] = (*_lost_errors(), ValueError, TypeError)
         try:
             answer = await self._status(keys=[self.prefix + "meta"], args=[self.prefix])
             self.shared = SharedCounts.from_answer(answer)
         except failures as exc:
+            self.counts_stale = True
             LOGGER.warning("shared frontier %s: no final counts: %s", self.where, _reason(exc))
 
     async def _give_back_all(self, on_lost: Callable[[FrontierLost], None]) -> None:

@@ -3,7 +3,8 @@ persistence, stopped by its PID.
 
 The server is ready when it says so on its log ("Ready to accept connections"), read as it
 comes: no sleep decides it. Debian's package ``redis-server`` provides the binary; CI
-installs it when it is missing.
+installs it when it is missing. On a machine without it, a test that needs a server fails
+with one line saying what to install (:func:`find_redis_server`), not with a traceback.
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pytest
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+MISSING = (
+    "redis-server is not on PATH: the tests of --frontier need a real Redis server "
+    "(Debian/Ubuntu: apt-get install redis-server)"
+)
 READY = "Ready to accept connections"
 START_LIMIT = 30.0
 
@@ -58,21 +64,36 @@ def free_port() -> int:
         return port
 
 
+def find_redis_server() -> str:
+    """The ``redis-server`` on PATH; without one, the test fails with :data:`MISSING`.
+
+    Looked up when a server is started, not when this module is imported, so that a missing
+    binary fails the tests that need it, one line each, and no other.
+    """
+    found = shutil.which("redis-server")
+    if found is None:
+        pytest.fail(MISSING, pytrace=False)
+    return found
+
+
 @contextlib.contextmanager
 def running_redis(
-    directory: Path, *extra: str, password: str | None = None
+    directory: Path, *extra: str, password: str | None = None, port: int | None = None
 ) -> Iterator[RedisServer]:
     """Start a server in ``directory``; stop it by its PID on the way out.
 
     ``extra`` are more ``redis-server`` arguments (TLS, for one); with ``password`` the
-    server requires it.
+    server requires it. ``port`` is a free one unless given: the port of a server that was
+    stopped, to start it again (it loads the ``dump.rdb`` that ``SHUTDOWN SAVE`` left in
+    ``directory``).
     """
+    binary = find_redis_server()
     directory.mkdir(parents=True, exist_ok=True)
     tls = "--tls-port" in extra
-    port = free_port()
+    port = free_port() if port is None else port
     ports = ["--port", "0", "--tls-port", str(port)] if tls else ["--port", str(port)]
     args = [
-        REDIS_SERVER,
+        binary,
         *ports,
         "--bind",
         "127.0.0.1",

@@ -15,6 +15,7 @@ test_output.py's, and what a signal does to a crawl at any moment test_signals.p
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import pty
@@ -412,3 +413,82 @@ async def test_an_output_that_cannot_be_opened_is_a_one_line_usage_error(
     lines = result.stderr.decode().splitlines()
     assert lines == [f"trio-crawler: error: {message}: No such file or directory"]
     assert server.requests == []
+
+
+# --- a reader that goes away ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["trio", "asyncio"])
+@pytest.mark.trio
+async def test_a_reader_that_goes_away_ends_the_crawl_as_ctrl_c_does(
+    tmp_path: Path, engine: str
+) -> None:
+    """``-o - | head -1`` through a real pipe: the reader takes the first record and closes
+    its end while the crawl runs. The next record finds no reader, and the crawl stops as
+    after a first Ctrl-C: status 130, the report (on stderr) says so, the WARC file is whole,
+    and no traceback."""
+    release = trio.Event()
+    others = [f"/p{number}" for number in range(50)]
+
+    async def slow(request: Request) -> Reply:
+        await release.wait()  # answered once the reader is gone
+        return Reply.html("".join(f'<a href="{path}">{path}</a>' for path in others))
+
+    routes: dict[str, Reply | Handler] = {path: Reply.html("a page") for path in others}
+    routes.update({"/": Reply.html('<a href="/slow">slow</a>'), "/slow": slow})
+    warc = tmp_path / "crawl.warc.gz"
+    read_end, write_end = os.pipe()
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server(routes) as server:
+            command = [sys.executable, "-m", "trio_crawler", "--engine", engine, "--no-progress"]
+            command += ["--max-tasks", "1", "-o", "-", "--warc", str(warc), server.url()]
+            with (tmp_path / "stderr").open("wb") as stderr:
+                process = await trio.lowlevel.open_process(command, stdout=write_end, stderr=stderr)
+            os.close(write_end)  # the child holds the only writing end
+            reader = trio.lowlevel.FdStream(read_end)
+            first = b""
+            while b"\n" not in first:
+                chunk = await reader.receive_some()
+                assert chunk, "the crawler closed stdout before its first record"
+                first += chunk
+            await reader.aclose()  # head -1 has its line and exits
+            release.set()
+            await process.wait()
+    stderr_text = (tmp_path / "stderr").read_text()
+    assert json.loads(first.decode().splitlines()[0])["url"] == server.url()
+    assert process.returncode == 130, stderr_text
+    assert "the reader of <stdout> went away" in stderr_text
+    assert "Finish reason: interrupted" in stderr_text
+    assert "Traceback" not in stderr_text
+    assert "Exception ignored" not in stderr_text
+    fetched = [target for target in server.requests if target in others]
+    assert len(fetched) < len(others), "the crawl went on after the reader was gone"
+    check = warcio_check(warc)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.trio
+async def test_a_report_into_a_pipe_with_no_reader_is_no_traceback(tmp_path: Path) -> None:
+    """The report written to a pipe whose reader is gone (``| true``): status 130, no
+    traceback, not even Python's "Exception ignored" as it flushes stdout on the way out,
+    and the -o file whole."""
+    output = tmp_path / "out.jsonl"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte
+    try:
+        with trio.fail_after(HANG_LIMIT):
+            async with open_test_server({"/": Reply.html('<a href="/a">a</a>')}) as server:
+                result = await trio.run_process(
+                    [sys.executable, "-m", "trio_crawler", "-o", str(output), server.url()],
+                    stdout=write_end,
+                    capture_stderr=True,
+                    check=False,
+                )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr == b""
+    assert [record["url"] for record in read_records(output)] == [
+        server.url(),
+        server.url("/a"),
+    ]

@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +27,7 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
-from redis_server import RedisServer, free_port, running_redis
+from redis_server import MISSING, RedisServer, free_port, running_redis
 from sites import Run, Site, run_child
 
 from httpserver import Reply, Request, open_test_server
@@ -41,6 +43,18 @@ END_WITHIN = 2.0
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     with running_redis(tmp_path / "redis") as server:
         yield server
+
+
+def test_without_redis_server_a_test_fails_with_one_line_saying_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(pytest.fail.Exception) as failed, running_redis(tmp_path / "redis"):
+        raise AssertionError("a server started without redis-server on PATH")
+    assert str(failed.value) == MISSING
+    assert "\n" not in MISSING
+    assert "apt-get install redis-server" in MISSING
+    assert failed.value.pytrace is False  # pytest shows the line, not a traceback
 
 
 def command(engine: str, frontier: str, output: Path | None, *extra: str) -> list[str]:
@@ -335,13 +349,69 @@ async def test_a_lost_server_ends_the_crawl_with_records_kept(tmp_path: Path) ->
                 run = await run_child(args, tmp_path)
     assert run.returncode == 1, run
     assert "Finish reason: frontier-lost" in run.stdout, run
-    assert "lost the shared frontier" in run.stderr, run
+    # One warning as the server goes, saying until when; one error as the crawl gives up.
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1, run
+    assert re.fullmatch(
+        r"WARNING trio_crawler: shared frontier redis://127\.0\.0\.1:\d+/0: lost the server "
+        r"\(.+\); trying again until \d\d:\d\d:\d\d \(--lease 2 s\), then stopping",
+        warnings[0],
+    ), run
+    errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1, run
+    assert "lost the shared frontier" in errors[0], run
+    # The shared totals are the last the server gave, and say so.
+    assert re.search(r"^Shared crawl crawl: .+ leased \(last known\)$", run.stdout, re.M), run
     records = read_records(output, run)
     urls = [record["url"] for record in records]
     assert len(urls) == len(set(urls)), run
     # Every page has its record but those whose links the lost server never took: at most
     # what the process held (--max-tasks 4).
     assert len(urls) >= site.served - 4, f"{len(urls)} records, {site.served} pages: {run}"
+
+
+@pytest.mark.trio
+async def test_a_server_back_within_the_lease_is_one_line_each_way(tmp_path: Path) -> None:
+    """Redis stopped mid-crawl (saving its data) and started again on its port within the
+    lease: one warning as it goes, one as it comes back, and the crawl finishes with one
+    record per URL, its totals read at the end (not marked stale)."""
+    site = Site(300, random.Random(f"{SEED}-back"), pause=0.01)
+    site.arm(50)
+    output = tmp_path / "out.jsonl"
+    directory = tmp_path / "redis"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http, trio.open_nursery() as nursery:
+            http.fallback(site.handle)
+            with running_redis(directory) as first:
+                args = command(
+                    "trio", first.url(), output, "--ignore-robots", "--lease", "30",
+                    http.url("/p/0.html"),
+                )  # fmt: skip
+                crawl, watch = await start_watched(nursery, args, tmp_path, "crawl")
+                await site.triggered.wait()
+                # Stopped with its data saved, for the server started again to load.
+                async with await trio.open_tcp_stream("127.0.0.1", first.port) as server:
+                    await server.send_all(b"SHUTDOWN SAVE\r\n")
+                    assert await server.receive_some() == b""  # closed as it exits
+                await trio.to_thread.run_sync(first.process.wait)
+                await watch.wait_for(b"lost the server")
+            with running_redis(directory, port=first.port):
+                await crawl.wait()
+    stdout = (tmp_path / "crawl.out").read_text()
+    stderr = watch.text.decode()
+    context = f"exit {crawl.returncode}\n{stdout[-1500:]}\n{stderr}"
+    assert crawl.returncode == 0, context
+    warnings = [line for line in stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 2, context
+    assert "lost the server" in warnings[0], context
+    assert re.fullmatch(
+        r"WARNING trio_crawler: shared frontier \S+: the server is back after [\d.]+ s",
+        warnings[1],
+    ), context
+    assert "Finish reason: finished" in stdout, context
+    assert "(last known)" not in stdout, context
+    urls = [record["url"] for record in read_records(output, context)]
+    assert sorted(urls) == sorted(http.url(path) for path in site.paths()), context
 
 
 @pytest.mark.trio
@@ -368,6 +438,102 @@ async def test_joining_a_finished_crawl_makes_no_request(
     assert status.stdout == "queued: 0\nleased: 0\ndone: 30\nfailed: 0\nfinished: yes\n", status
 
 
+class StderrWatch:
+    """A child's stderr, read as it comes, so that a test can wait for a line of it."""
+
+    def __init__(self) -> None:
+        self.text = b""
+        self.ended = False
+        self._changed = trio.Event()
+
+    async def read(self, stream: trio.abc.ReceiveStream) -> None:
+        async for chunk in stream:
+            self.text += chunk
+            self._changed.set()
+            self._changed = trio.Event()
+        self.ended = True
+        self._changed.set()
+
+    async def wait_for(self, text: bytes) -> None:
+        while text not in self.text:
+            assert not self.ended, f"the process ended without saying {text!r}: {self.text!r}"
+            await self._changed.wait()
+
+
+async def start_watched(
+    nursery: trio.Nursery, args: list[str], tmp_path: Path, name: str
+) -> tuple[trio.Process, StderrWatch]:
+    """Start ``args``, its stdout to ``tmp_path/name.out`` and its stderr watched."""
+    with (tmp_path / f"{name}.out").open("wb") as stdout:
+        process = await trio.lowlevel.open_process(args, stdout=stdout, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    watch = StderrWatch()
+    nursery.start_soon(watch.read, process.stderr)
+    return process, watch
+
+
+@pytest.mark.trio
+async def test_a_joiner_started_first_waits_for_the_crawl(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """Two processes given no ROOTs start before the one with them: each waits (and says
+    so with -v); one stopped by SIGINT meanwhile exits 130 at once, with no report; the
+    other joins once the crawl is created, and the crawl finishes with one record per URL."""
+    site = Site(60, random.Random(f"{SEED}-join"), pause=0.01)
+    outputs = [tmp_path / "creator.jsonl", tmp_path / "joiner.jsonl"]
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http, trio.open_nursery() as nursery:
+            http.fallback(site.handle)
+            joining = command("asyncio", redis.url(), outputs[1], "-v")
+            joiner, joiner_err = await start_watched(nursery, joining, tmp_path, "joiner")
+            interrupting = command("trio", redis.url(), None, "-v")
+            interrupted, interrupted_err = await start_watched(
+                nursery, interrupting, tmp_path, "interrupted"
+            )
+            for watch in (joiner_err, interrupted_err):
+                await watch.wait_for(b"yet: waiting up to 30 s")
+            interrupted.send_signal(signal.SIGINT)
+            with trio.fail_after(10):  # well inside the 30 s wait: the signal ended it
+                await interrupted.wait()
+            creating = command("trio", redis.url(), outputs[0], "--ignore-robots")
+            creator = await run_child([*creating, http.url("/p/0.html")], tmp_path, name="c")
+            await joiner.wait()
+    joined = (tmp_path / "joiner.out").read_text()
+    context = f"{creator}\njoiner: {joiner.returncode} {joined} {joiner_err.text!r}"
+    assert interrupted.returncode == 130, interrupted_err.text
+    assert (tmp_path / "interrupted.out").read_text() == ""
+    assert creator.returncode == 0, context
+    assert joiner.returncode == 0, context
+    assert "Finish reason: finished" in joined, context
+    assert b"joined crawl 'crawl'" in joiner_err.text, context
+    urls = union(outputs, context)
+    assert sorted(urls) == sorted(http.url(path) for path in site.paths()), context
+
+
+@pytest.mark.trio
+async def test_a_joiner_gives_up_when_no_crawl_comes(redis: RedisServer) -> None:
+    """After its wait (30 s on the command line, shortened here), one error naming the
+    crawl; the server was asked a few times with growing pauses, not in a busy loop."""
+    import coredis
+
+    from trio_crawler._cluster import ClusterError, shared_roots
+
+    with trio.fail_after(HANG_LIMIT):
+        started = trio.current_time()
+        with pytest.raises(
+            ClusterError,
+            match=r"^frontier redis://127\.0\.0\.1:\d+/0 holds no crawl named 'docs' "
+            r"\(waited 1\.5 s for one\); give ROOTs to start one$",
+        ):
+            await shared_roots(redis.url(), "docs", wait=1.5)
+        waited = trio.current_time() - started
+        async with coredis.Redis.from_url(redis.url(), decode_responses=True) as client:
+            stats = await client.info("commandstats")
+    assert 1.5 <= waited < 1.5 + 5, waited
+    looks = stats["cmdstat_hmget"]["calls"]
+    assert 3 <= looks <= 8, stats["cmdstat_hmget"]
+
+
 async def one_line_error(args: list[str], tmp_path: Path, **kwargs: object) -> str:
     run = await run_child(args, tmp_path, **kwargs)  # type: ignore[arg-type]
     assert run.returncode == 2, run
@@ -387,8 +553,8 @@ async def test_usage_errors_are_one_line(tmp_path: Path, redis: RedisServer) -> 
         assert "cannot reach" in line
         line = await one_line_error(command("trio", redis.url(), None, "--status"), tmp_path)
         assert "no crawl named 'crawl'" in line
-        line = await one_line_error(command("trio", redis.url(), None), tmp_path)
-        assert "no crawl named" in line
+        # A joiner given no ROOTs waits for the crawl to be created: see
+        # test_a_joiner_gives_up_when_no_crawl_comes for the line it ends with.
         line = await one_line_error(
             command("trio", redis.url(), None, "--state", str(tmp_path / "s.db"), "http://a.test/"),
             tmp_path,
@@ -412,6 +578,32 @@ async def test_usage_errors_are_one_line(tmp_path: Path, redis: RedisServer) -> 
                 command("trio", redis.url(), None, http.url("/p/1.html")), tmp_path
             )
             assert "other roots" in line
+
+
+@pytest.mark.trio
+async def test_a_database_that_is_not_there_is_a_usage_error(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """A /DB that is no number is refused with the options; one the server does not have
+    (it has 16) when connecting: either way one line naming the URL, exit 2, no report and
+    no request, whether the process creates the crawl, joins it or asks for --status."""
+    base = f"redis://127.0.0.1:{redis.port}"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server({"/": Reply.html("hi")}) as http:
+            for database, expected in [
+                ("99", f"--frontier {base}/99 has no database 99: DB index is out of range"),
+                ("abc", f"--frontier must name its database by number (redis://HOST[:PORT]"
+                 f"[/DB], DB from 0), not '{base}/abc'"),
+                ("-1", f"--frontier must name its database by number (redis://HOST[:PORT]"
+                 f"[/DB], DB from 0), not '{base}/-1'"),
+            ]:  # fmt: skip
+                for extra in ([http.url()], [], ["--status"]):
+                    args = command("trio", f"{base}/{database}", None, *extra)
+                    run = await run_child(args, tmp_path)
+                    assert run.returncode == 2, run
+                    assert run.stdout == "", run  # no report
+                    assert run.stderr == f"trio-crawler: error: {expected}\n", run
+    assert http.requests == []
 
 
 @pytest.mark.trio
@@ -448,6 +640,28 @@ async def test_a_password_is_never_shown(tmp_path: Path) -> None:
         assert secret not in run.stdout + run.stderr, run
     assert secret not in output.read_text()
     assert "***" in wrong.stderr, wrong
+
+
+@pytest.mark.trio
+async def test_a_missing_password_says_how_to_give_one(tmp_path: Path) -> None:
+    """A server started with --requirepass, no password given: one line saying so and
+    where a password goes, not Redis's words about HELLO; creating, joining or --status."""
+    environment = {k: v for k, v in os.environ.items() if k != "TRIO_CRAWLER_REDIS_PASSWORD"}
+    with (
+        running_redis(tmp_path / "redis", password="s3cret") as server,
+        trio.fail_after(HANG_LIMIT),
+    ):
+        frontier = server.url(password="")
+        for extra in (["http://127.0.0.1:9/"], [], ["--status"]):
+            run = await run_child(
+                command("trio", frontier, None, *extra), tmp_path, env=environment
+            )
+            assert run.returncode == 2, run
+            assert run.stdout == "", run
+            assert run.stderr == (
+                f"trio-crawler: error: --frontier {frontier}: this server needs a password "
+                "(give it in the URL or TRIO_CRAWLER_REDIS_PASSWORD)\n"
+            ), run
 
 
 @pytest.mark.parametrize("named", ["127.0.0.1", "other.example"])

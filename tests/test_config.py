@@ -8,6 +8,7 @@ read, the command-line flags and their defaults, and the options tables in docs/
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import typing
@@ -28,6 +29,8 @@ from trio_crawler._config import (
     declared_options,
     normalize_roots,
 )
+
+from conftest import Engine
 
 # Where the options are documented: the tables, the chapter's spellings, the signature.
 USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
@@ -179,6 +182,31 @@ def test_a_misspelt_option_is_a_type_error_naming_the_crawler() -> None:
         TypeError, match=r"^Crawler\.__init__\(\) got an unexpected keyword argument 'max_task'$"
     ):
         trio_crawler.Crawler(["example.com"], max_task=3)  # type: ignore[call-arg]
+
+
+async def save(value: object) -> None:
+    """An async callback: what a user might pass for on_record, and what is refused."""
+
+
+class AsyncCallable:
+    async def __call__(self, value: object) -> None: ...
+
+
+@pytest.mark.parametrize("name", ["on_record", "on_exchange", "on_progress"])
+def test_an_async_callback_is_refused_when_the_crawler_is_made(engine: Engine, name: str) -> None:
+    """The callbacks are called without awaiting: an async one would never run. It is a
+    ConfigError naming the callback, on every engine, before any crawl."""
+    for callback in (save, functools.partial(save), AsyncCallable()):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^{name} must be a plain function, not the async function .+: the "
+            "crawler calls it without awaiting, so its body would never run$",
+        ):
+            engine.crawler(["example.com"], **{name: callback})
+    with pytest.raises(ConfigError, match=rf"^{name} must be a function, not 3$"):
+        engine.crawler(["example.com"], **{name: 3})
+    crawler = engine.crawler(["example.com"], **{name: print})  # a plain function is taken
+    assert crawler.config.roots == ("http://example.com/",)
 
 
 def test_crawler_passes_every_option_to_its_config(tmp_path: Path) -> None:

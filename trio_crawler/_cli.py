@@ -7,6 +7,11 @@ Exit status: 0 when the crawl ran to its end, to ``--max-time`` or to ``--max-pa
 ``trio-crawler: error: ...`` before any request is made; 130 after SIGINT or SIGTERM, once
 the partial report is printed and the output is complete.
 
+A reader that goes away (``trio-crawler -o - ... | head -1``) ends the crawl as a first
+Ctrl-C does, with status 130: the ``-o`` writer notes the broken pipe and a task of the crawl
+calls ``stop()``. A report written to a pipe with no reader ends the run with status 130 too,
+without a traceback (see :func:`_silence_closed_pipes`).
+
 Signals are caught as data, not as exceptions: while a crawl runs, SIGINT and SIGTERM go to
 a signal receiver (``anyio.open_signal_receiver``, which is Trio's on the Trio backend)
 whose task calls the engine's ``stop()``. So a Ctrl-C never arrives as a KeyboardInterrupt
@@ -22,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -32,7 +38,6 @@ from ._cli_args import ENGINES, PROG, AnyCrawler, CommandLine, UsageError, parse
 from ._config import ConfigError
 from ._output import OutputFiles
 from ._report import format_report
-from ._stores import find_stored_roots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -55,16 +60,45 @@ LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     try:
-        return _main(argv)
+        status = _main(argv)
+        # Flushed here rather than as Python exits, so that a reader gone is handled below.
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # The reader of stdout or stderr went away (the report into ``| head -1``).
+        _silence_closed_pipes()
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         # Ctrl-C outside the crawl's signal receiver (start-up, or printing the report).
         return EXIT_INTERRUPTED
     except BaseExceptionGroup as group:
         # The same, raised inside a Trio nursery, where it arrives wrapped in a group.
-        interrupts, others = group.split(KeyboardInterrupt)
+        interrupts, others = group.split((KeyboardInterrupt, BrokenPipeError))
         if interrupts is not None and others is None:
+            if interrupts.subgroup(BrokenPipeError) is not None:
+                _silence_closed_pipes()
             return EXIT_INTERRUPTED
         raise
+
+
+def _silence_closed_pipes() -> None:
+    """Point stdout and stderr, if their reader went away, at ``/dev/null``.
+
+    Python flushes them as it exits, and a flush into a pipe without a reader raises
+    BrokenPipeError again, which it prints as "Exception ignored ..." and turns into status
+    120. Redirecting to devnull is the advice of Python's own documentation (the signal
+    module's "Note on SIGPIPE").
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # the reader is gone (or the stream is closed)
+                with contextlib.suppress(OSError, ValueError):
+                    os.dup2(devnull, stream.fileno())
+    finally:
+        os.close(devnull)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -181,6 +215,8 @@ class CrawlRun:
         self.crawler: AnyCrawler | None = None  # made by _crawl_until_signal
         # A --state file or --frontier server that cannot be used (a ConfigError of theirs).
         self.unusable_state: ConfigError | None = None
+        # Whether the reader of the -o pipe went away: the output is incomplete.
+        self.reader_gone = False
 
     def run(self) -> int:
         """Crawl until done or signalled, print the report, and return the exit status."""
@@ -201,9 +237,10 @@ class CrawlRun:
         if self.unusable_state is not None:  # nothing ran, nothing in the file changed
             print(f"{PROG}: error: --{self.unusable_state}", file=sys.stderr)
             return EXIT_USAGE
-        # Here the crawl returned, so the crawler was made; a crawl that raised is not here.
-        finish_reason = self.crawler.finish_reason if self.crawler is not None else None
-        if held or finish_reason == "interrupted":
+        # Here the crawl returned (a crawl that raised is not here), so the crawler was made,
+        # unless a signal came while the process waited for the shared crawl to be created.
+        finish_reason = self.crawler.finish_reason if self.crawler is not None else "interrupted"
+        if held or finish_reason == "interrupted" or self.reader_gone:
             return EXIT_INTERRUPTED
         if finish_reason == "frontier-lost":
             return EXIT_FAILED
@@ -224,6 +261,32 @@ class CrawlRun:
         self.crawler = crawler
         return crawler
 
+    async def _join_roots(self, frontier: str, signals: AsyncIterator[int]) -> Sequence[str] | None:
+        """The roots of the shared crawl this process joins without ROOTs; None if there is
+        no such crawl (then :attr:`unusable_state` says why) or a signal came first.
+
+        The crawl may not exist yet, and is waited for (see
+        :func:`~trio_crawler._cluster.shared_roots`): Ctrl-C or SIGTERM meanwhile ends the
+        wait, and the run, at once.
+        """
+        from ._cluster import shared_roots
+
+        found: list[Sequence[str]] = []
+        async with anyio.create_task_group() as waiting:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    waiting.cancel_scope.cancel("signal while waiting to join")
+                    return
+
+            waiting.start_soon(stop_on_signal)
+            try:
+                found.append(await shared_roots(frontier, self.options.crawl.crawl_id))
+            except ConfigError as exc:
+                self.unusable_state = exc
+            waiting.cancel_scope.cancel("joined")
+        return found[0] if found else None
+
     async def _crawl_until_signal(self) -> None:
         """Crawl, with the demo server beside the crawl if asked, until done or signalled.
 
@@ -238,21 +301,34 @@ class CrawlRun:
                     from ._demo import serve_demo
 
                     roots = [await task_group.start(serve_demo)]
+                frontier = self.options.crawl.frontier
+                if frontier is not None and not roots:  # joining: the server names them
+                    joined = await self._join_roots(frontier, signals)
+                    if joined is None:  # a signal, or no such crawl (unusable_state)
+                        return
+                    roots = joined
                 try:
-                    if not roots:  # resuming or joining: the store names them
-                        crawl = self.options.crawl
-                        roots = (
-                            await find_stored_roots(
-                                state=crawl.state, frontier=crawl.frontier, crawl_id=crawl.crawl_id
-                            )
-                            or ()
-                        )
                     crawler = self._make_crawler(roots)
                 except ConfigError as exc:  # the options were checked: this is the store's
                     self.unusable_state = exc
                     task_group.cancel_scope.cancel("unusable store")
                     return
                 task_group.start_soon(_stop_on_signal, signals, crawler.stop, self.options.grace)
+                if self.outputs.output_path is not None:
+                    gone = anyio.Event()
+
+                    def reader_gone() -> None:
+                        self.reader_gone = True
+                        gone.set()
+
+                    self.outputs.on_reader_gone = reader_gone
+                    task_group.start_soon(
+                        _stop_when_reader_gone,
+                        gone,
+                        "<stdout>" if self.outputs.output_path == "-" else self.outputs.output_path,
+                        crawler.stop,
+                        self.options.grace,
+                    )
                 try:
                     await crawler.crawl()
                 except ConfigError as exc:  # the server, before the crawl joined: nothing done
@@ -325,6 +401,26 @@ async def _stop_on_signal(
             LOGGER.warning("got %s: stopping the crawl now", name)
             stop(0.0)
         first = False
+
+
+async def _stop_when_reader_gone(
+    gone: anyio.Event, name: str, stop: Callable[[float], None], grace: float
+) -> None:
+    """Once the reader of the ``-o`` pipe went away, stop as a first Ctrl-C does.
+
+    A task of its own, since the writer finds out inside the core's decisions, where the
+    crawl must not be stopped.
+    """
+    await gone.wait()
+    if grace > 0:
+        LOGGER.warning(
+            "the reader of %s went away: finishing the requests in flight (up to %g s)",
+            name,
+            grace,
+        )
+    else:
+        LOGGER.warning("the reader of %s went away: stopping the crawl now", name)
+    stop(grace)
 
 
 async def _serve_demo_until_signal(port: int) -> int:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import anyio
+
 from ._cluster_scripts import STATUS
 from ._config import ConfigError, redacted
 from ._events import FetchRequest
@@ -29,6 +31,16 @@ PASSWORD_VARIABLE = "TRIO_CRAWLER_REDIS_PASSWORD"
 # Seconds to connect, and to wait for one answer, before a call counts as failed.
 CONNECT_TIMEOUT = 5.0
 ANSWER_TIMEOUT = 10.0
+# Seconds a process given no ROOTs waits for the crawl it joins to be created (the
+# contract's figure). The processes of one crawl are often started together (a job array,
+# ``docker compose up``), and the one with the ROOTs may come up a moment after the others:
+# 30 s is an interpreter's start on a loaded machine many times over, and short enough that
+# a mistyped --crawl-id is soon told.
+JOIN_WAIT = 30.0
+# The pauses between two looks for that crawl: the first short, so that a crawl created a
+# moment later is found a moment later; each twice the last, up to one look every 2 s.
+JOIN_FIRST_PAUSE = 0.05
+JOIN_LAST_PAUSE = 2.0
 
 
 class ClusterError(ConfigError):
@@ -95,13 +107,29 @@ def refusal(exc: BaseException, where: str) -> ClusterError | None:
         return None
     if isinstance(exc, ClusterError):
         return exc
+    if isinstance(exc, coredis.exceptions.AuthenticationRequiredError):
+        # NOAUTH: none was given. Redis's own words ("HELLO must be called with the client
+        # already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used")
+        # describe its protocol, not what to do.
+        return ClusterError(
+            f"{where}: this server needs a password (give it in the URL or {PASSWORD_VARIABLE})"
+        )
     if isinstance(
         exc, coredis.exceptions.AuthenticationError | coredis.exceptions.AuthorizationError
     ):
         return ClusterError(f"{where} refused the credentials: {reason(exc)}")
     if isinstance(exc, lost_errors()):
         return ClusterError(f"cannot reach {where}: {reason(exc)}")
+    if isinstance(exc, coredis.exceptions.ResponseError) and _NO_DATABASE in str(exc):
+        # The URL's /DB is a number (checked with the options), but one past the server's
+        # "databases" setting: its SELECT is refused as the connection is made.
+        database = urlsplit(where).path.removeprefix("/") or "0"
+        return ClusterError(f"{where} has no database {database}: {reason(exc)}")
     return None
+
+
+# Redis's answer to SELECT of a database it does not have (src/db.c, selectDb).
+_NO_DATABASE = "DB index is out of range"
 
 
 def prefix_of(crawl_id: str) -> str:
@@ -163,16 +191,19 @@ async def read_status(url: str, crawl_id: str) -> SharedCounts:
         raise ClusterError(f"{where}: crawl {crawl_id!r} is not a trio-crawler crawl") from None
 
 
-async def shared_roots(url: str, crawl_id: str) -> tuple[str, ...]:
+async def shared_roots(url: str, crawl_id: str, *, wait: float = JOIN_WAIT) -> tuple[str, ...]:
     """The roots of the shared crawl ``crawl_id``, for a process that joins it without them.
 
+    A crawl not there yet is looked for again, at growing intervals, for ``wait`` seconds:
+    the process given the ROOTs may be starting at the same moment as this one.
+
     Raises:
-        ClusterError: No server answers, or it holds no such crawl.
+        ClusterError: No server answers, or it holds no such crawl after ``wait`` seconds.
     """
     where = redacted(url)
     try:
         async with redis_client(url) as client:
-            meta = await client.hmget(prefix_of(crawl_id) + "meta", ["v", "roots"])
+            meta = await _wait_for_crawl(client, crawl_id, wait, where)
     except BaseException as exc:
         refused = refusal(exc, where)
         if refused is None:
@@ -180,7 +211,10 @@ async def shared_roots(url: str, crawl_id: str) -> tuple[str, ...]:
         raise refused from None
     version, roots = meta
     if version is None:
-        raise ClusterError(f"{where} holds no crawl named {crawl_id!r}; give ROOTs to start one")
+        raise ClusterError(
+            f"{where} holds no crawl named {crawl_id!r} (waited {wait:g} s for one); "
+            "give ROOTs to start one"
+        )
     try:
         stored = json.loads(roots) if version == "1" else None
     except (TypeError, ValueError):
@@ -188,6 +222,28 @@ async def shared_roots(url: str, crawl_id: str) -> tuple[str, ...]:
     if not (isinstance(stored, list) and stored and all(isinstance(r, str) for r in stored)):
         raise ClusterError(f"{where}: crawl {crawl_id!r} is not a trio-crawler crawl")
     return tuple(stored)
+
+
+async def _wait_for_crawl(client: Any, crawl_id: str, wait: float, where: str) -> list[Any]:
+    """The crawl's version and roots, once it exists or ``wait`` seconds have passed
+    (then the version is None). One look per pause, each pause twice the last."""
+    deadline = anyio.current_time() + wait
+    pause = JOIN_FIRST_PAUSE
+    while True:
+        meta: list[Any] = list(await client.hmget(prefix_of(crawl_id) + "meta", ["v", "roots"]))
+        left = deadline - anyio.current_time()
+        if meta[0] is not None or left <= 0:
+            return meta
+        if pause == JOIN_FIRST_PAUSE:
+            LOGGER.info(
+                "no crawl named %r on %s yet: waiting up to %g s for a process with ROOTs "
+                "to start it",
+                crawl_id,
+                where,
+                wait,
+            )
+        await anyio.sleep(min(pause, left))
+        pause = min(pause * 2, JOIN_LAST_PAUSE)
 
 
 def reason(exc: BaseException) -> str:

@@ -279,6 +279,16 @@ def _frontier_url(name: str, value: object) -> str:
         raise ConfigError(
             name, f"must be redis://HOST[:PORT][/DB] or rediss://..., not {redacted(value)!r}"
         )
+    database = parts.path.removeprefix("/")
+    # The client reads any path it cannot make a number of as database 0, and a negative
+    # one fails deep in the first connection: both are caught here. Redis counts its
+    # databases in a C int; whether the server has the one named is asked when connecting.
+    if database and not (database.isascii() and database.isdigit() and int(database) < 2**31):
+        raise ConfigError(
+            name,
+            "must name its database by number (redis://HOST[:PORT][/DB], DB from 0), "
+            f"not {redacted(value)!r}",
+        )
     return value
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import inspect
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -65,6 +66,34 @@ PROGRESS_INTERVAL = 0.1
 CLEANUP_TIMEOUT = 5.0
 
 
+def _check_callback(name: str, callback: object) -> None:
+    """Refuse a callback the crawl could not call: not callable, or ``async``.
+
+    The callbacks are called from inside the core's synchronous decisions, without
+    awaiting. An async function called so makes a coroutine that is never awaited: its
+    body never runs, and nothing says so but a RuntimeWarning at garbage collection. So it
+    is refused when the Crawler is made, on every engine alike, rather than accepted and
+    silently ignored.
+    """
+    if callback is None:
+        return
+    if not callable(callback):
+        raise ConfigError(name, f"must be a function, not {callback!r}")
+    described = getattr(callback, "__qualname__", None) or repr(callback)
+    # An object's own async __call__ counts too (iscoroutinefunction sees through
+    # functools.partial and bound methods, not through __call__).
+    call = type(callback).__call__
+    if any(
+        inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+        for function in (callback, call)
+    ):
+        raise ConfigError(
+            name,
+            f"must be a plain function, not the async function {described}: the crawler "
+            "calls it without awaiting, so its body would never run",
+        )
+
+
 class CrawlerBase(abc.ABC):
     """The chapter's ``Crawler`` minus its scheduling; see an engine's ``Crawler``.
 
@@ -79,7 +108,8 @@ class CrawlerBase(abc.ABC):
         client: An ``httpx.AsyncClient`` to share between the workers; it is left open.
             Without it each worker gets a client of its own, closed when the crawl ends.
         on_record: Called with each record the moment it is made (see
-            :class:`~trio_crawler._state.CrawlState`).
+            :class:`~trio_crawler._state.CrawlState`). This and the other two callbacks
+            are plain functions, called without awaiting: an ``async def`` is refused.
         on_exchange: Called with every attempt as sent and received (robots.txt
             included), for archiving; see :class:`~trio_crawler._events.Exchange`.
         on_progress: Called with a :class:`~trio_crawler._state.CrawlCounts` every
@@ -90,7 +120,8 @@ class CrawlerBase(abc.ABC):
             :class:`~trio_crawler._config.CrawlOptions`.
 
     Raises:
-        ConfigError: At construction, for an unusable option.
+        ConfigError: At construction, for an unusable option, or a callback that is not a
+            plain function.
         TypeError: At construction, for a keyword that is no option (a misspelling).
     """
 
@@ -117,6 +148,12 @@ class CrawlerBase(abc.ABC):
                 "progress_interval",
                 f"must be a positive number of seconds, not {progress_interval!r}",
             )
+        for name, callback in (
+            ("on_record", on_record),
+            ("on_exchange", on_exchange),
+            ("on_progress", on_progress),
+        ):
+            _check_callback(name, callback)
         # Given a client, the crawler makes none; without one, the HTTP library is chosen
         # now, so that a wrong TRIO_CRAWLER_HTTP stops the crawler here.
         self._fetcher = Fetcher(

@@ -46,6 +46,8 @@ from ._config import ConfigError
 from ._frontier import OutputMode
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._events import Exchange
     from ._frontier import StoreShell
     from ._stats import FetchStatistic
@@ -57,9 +59,14 @@ LOGGER = logging.getLogger("trio_crawler")
 class JsonLinesWriter:
     """Writes records to a text stream, one JSON object per line.
 
-    A write error (a full disk, a closed pipe) is logged once and further records are
-    dropped from the output, not raised: the crawl and its report go on, since the output
-    is one consumer of the records and the in-memory ``done`` list keeps them all.
+    A write error (a full disk) is logged once and further records are dropped from the
+    output, not raised: the crawl and its report go on, since the output is one consumer of
+    the records and the in-memory ``done`` list keeps them all.
+
+    A pipe whose reader went away (``trio-crawler -o - ... | head -1``) is different: nobody
+    wants the rest. With :attr:`on_reader_gone` set, that callback is called (once) instead
+    of logging an error, so that the caller can end the crawl; the records are dropped as
+    for any write error.
     """
 
     def __init__(self, stream: TextIO, *, name: str, owns_stream: bool) -> None:
@@ -67,6 +74,9 @@ class JsonLinesWriter:
         self._owns_stream = owns_stream
         self.name = name
         self.failed = False
+        # Called, from inside write_line, when the reader of a pipe went away (EPIPE). It
+        # runs inside the core's decisions: it may take note, not act on the crawl.
+        self.on_reader_gone: Callable[[], None] | None = None
 
     @classmethod
     def open(cls, path: str, *, append: bool = False) -> JsonLinesWriter:
@@ -93,6 +103,9 @@ class JsonLinesWriter:
             self._stream.flush()
         except (OSError, ValueError) as exc:  # ValueError: the stream was closed
             self.failed = True
+            if isinstance(exc, BrokenPipeError) and self.on_reader_gone is not None:
+                self.on_reader_gone()
+                return
             LOGGER.error("cannot write to %s (%s); further records are not written", self.name, exc)
 
     def position(self) -> int:
@@ -152,6 +165,8 @@ class OutputFiles:
         self.warc_path = warc
         self.records: JsonLinesWriter | None = None
         self.archive: WarcWriter | None = None
+        # For the -o file: called when the reader of its pipe went away (see JsonLinesWriter).
+        self.on_reader_gone: Callable[[], None] | None = None
 
     def check(self) -> None:
         """Refuse a path that cannot be written, without opening (or creating) it.
@@ -180,6 +195,7 @@ class OutputFiles:
                 if mode is OutputMode.APPEND and self.output_path != "-":
                     _cut_partial_line(self.output_path)
                 self.records = JsonLinesWriter.open(self.output_path, append=keep)
+                self.records.on_reader_gone = self.on_reader_gone
                 store.attach_output(self.records)
             if self.warc_path is not None:
                 from ._warc import WarcWriter, cut_partial_record

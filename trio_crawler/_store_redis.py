@@ -40,6 +40,7 @@ server and the idle wake-ups are timed on the engine's clock, from the session's
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import math
@@ -149,6 +150,10 @@ class RedisFrontier:
         self._idle_until: float | None = None
         self._closed = False
         self._joined = False
+        # When the server stopped answering (on the engine's clock), while calls retry; and
+        # whether self.shared is older than the end of this process's part (its report says).
+        self._away_since: float | None = None
+        self.counts_stale = False
 
     # -- counts: the window, and the rest of the shared crawl ------------------------------
 
@@ -435,12 +440,36 @@ class RedisFrontier:
                 answer = json.loads(raw)
                 if not isinstance(answer, dict):
                     raise ValueError(f"not an answer: {raw!r:.80}")
+                if self._away_since is not None:
+                    LOGGER.warning(
+                        "shared frontier %s: the server is back after %.1f s",
+                        self.where,
+                        self._now() - self._away_since,
+                    )
+                    self._away_since = None
                 return answer
             except lost_errors() as exc:
                 if self._now() + pause > give_up:
                     self.lost = f"lost the shared frontier at {self.where}: {reason(exc)}"
                     raise FrontierLost(self.lost) from None
-                LOGGER.warning("shared frontier %s: %s; trying again", self.where, reason(exc))
+                # One line when the server goes away, saying until when; then one when it is
+                # back, or when the crawl gives up: not one per retry.
+                if self._away_since is None:
+                    self._away_since = self._now()
+                    assert self._runtime is not None
+                    until = datetime.datetime.fromtimestamp(
+                        self._runtime.wall_time(give_up)
+                    ).strftime("%H:%M:%S")
+                    LOGGER.warning(
+                        "shared frontier %s: lost the server (%s); trying again until %s "
+                        "(--lease %g s), then stopping",
+                        self.where,
+                        reason(exc),
+                        until,
+                        self.lease,
+                    )
+                else:
+                    LOGGER.debug("shared frontier %s: still away: %s", self.where, reason(exc))
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 2.0)
             except ValueError as exc:
@@ -611,6 +640,7 @@ class RedisFrontier:
             f"Shared crawl {self.crawl_id}: {shared.done} done, "
             f"{shared.failed} failed, {shared.queued} queued, {shared.leased} leased"
             f"{', finished' if shared.finished else ''}"
+            f"{' (last known)' if self.counts_stale else ''}"
         ]
 
     def _now(self) -> float:
@@ -758,12 +788,14 @@ class RedisFrontier:
         """Read the shared counts as this process leaves, for its report (``Todo:`` and
         the shared totals): the last answer may be older than other processes' work."""
         if self.lost is not None:
+            self.counts_stale = True  # the last answer before the server was lost
             return
         failures: tuple[type[BaseException], ...] = (*lost_errors(), ValueError, TypeError)
         try:
             answer = await self._status(keys=[self.prefix + "meta"], args=[self.prefix])
             self.shared = SharedCounts.from_answer(answer)
         except failures as exc:
+            self.counts_stale = True
             LOGGER.warning("shared frontier %s: no final counts: %s", self.where, reason(exc))
 
     async def _give_back_all(self, on_lost: Callable[[FrontierLost], None]) -> None:

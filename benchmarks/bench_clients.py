@@ -71,7 +71,7 @@ import trio
 
 import trio_crawler
 from trio_crawler import Crawler
-from trio_crawler._fetch import choose_http_library, open_client
+from trio_crawler._clients import choose_http_library, open_client
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -39,7 +39,8 @@ from synthetic_site import generate, page_path
 
 
 async def measure(urls: list[str], rounds: int) -> dict[str, list[float]]:
-    from trio_crawler._fetch import _default_ssl_context, choose_http_library, fetch, open_client
+    from trio_crawler._clients import choose_http_library, default_ssl_context, open_client
+    from trio_crawler._fetch import fetch
     from trio_crawler._transport import lean_transport_class
 
     library = choose_http_library()
@@ -52,12 +53,12 @@ async def measure(urls: list[str], rounds: int) -> dict[str, list[float]]:
     async with (
         open_client(library=library, max_connections=1, transport="lean") as own,
         library.AsyncClient(
-            transport=transport_class(_default_ssl_context()),
+            transport=transport_class(default_ssl_context()),
             follow_redirects=False,
             headers=own.headers,
         ) as stock,
     ):
-        transport = transport_class(_default_ssl_context())
+        transport = transport_class(default_ssl_context())
         requests = [library.Request("GET", url, headers=own.headers) for url in urls]
         for _ in range(rounds):
             clients = (("fetch(), TransportClient", own), ("fetch(), AsyncClient", stock))

@@ -20,17 +20,16 @@ import pytest
 import trio
 
 from trio_crawler import Crawler
-from trio_crawler._config import ConfigError
-from trio_crawler._events import FetchError, Outcome, Response
-from trio_crawler._fetch import (
+from trio_crawler._clients import (
     ACCEPT_ENCODING,
     DEFAULT_USER_AGENT,
-    ROBOTS_MAX_SIZE,
     choose_http_library,
-    fetch,
     installed_http_libraries,
     open_client,
 )
+from trio_crawler._config import ConfigError
+from trio_crawler._events import FetchError, Outcome, Response
+from trio_crawler._fetch import ROBOTS_MAX_SIZE, fetch
 from trio_crawler._robots import PRODUCT_TOKEN
 
 from mock_http import Handler, streamed, streaming_transport

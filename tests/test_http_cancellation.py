@@ -23,8 +23,9 @@ import random
 import anyio
 import pytest
 
+from trio_crawler._clients import choose_http_library, open_client
 from trio_crawler._events import Response
-from trio_crawler._fetch import choose_http_library, fetch, open_client
+from trio_crawler._fetch import fetch
 
 from httpserver import Reply, Request, open_test_server
 from support import HANG_LIMIT

@@ -23,16 +23,16 @@ import anyio
 import anyio.abc
 import pytest
 
-from trio_crawler._config import ConfigError
-from trio_crawler._events import FetchError, Response
-from trio_crawler._fetch import (
+from trio_crawler._clients import (
     DEFAULT_USER_AGENT,
     Client,
     TransportClient,
     choose_http_library,
-    fetch,
     open_client,
 )
+from trio_crawler._config import ConfigError
+from trio_crawler._events import FetchError, Response
+from trio_crawler._fetch import fetch
 from trio_crawler._transport import choose_transport
 
 from hostile_server import RawRequest, open_hostile_server, page, send_and_close

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import trio
 
 from . import engine_anyio, engine_asyncio, engine_trio
+from ._clients import choose_http_library
 from ._config import (
     DURABLE,
     LIMITS,
@@ -39,7 +40,6 @@ from ._config import (
     option,
     whole_number,
 )
-from ._fetch import choose_http_library
 from ._version import __version__
 
 if TYPE_CHECKING:

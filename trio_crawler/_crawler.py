@@ -22,9 +22,10 @@ import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from ._clients import DEFAULT_USER_AGENT
 from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_options
 from ._events import Committing, Retry
-from ._fetch import DEFAULT_USER_AGENT, Fetcher
+from ._fetch import Fetcher
 from ._frontier import FrontierLost, StoreRuntime
 from ._state import CrawlCounts, CrawlState
 from ._stores import open_store, stored_roots_now
@@ -35,9 +36,9 @@ if TYPE_CHECKING:
 
     import httpx
 
+    from ._clients import Client
     from ._config import CrawlKeywords
     from ._events import Exchange, FetchRequest, Outcome
-    from ._fetch import Client
     from ._frontier import Store, StoreShell
     from ._stats import FetchStatistic
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-    from ._fetch import Client
+    from ._clients import Client
 
 __all__ = ["Crawler", "FinishReason"]
 

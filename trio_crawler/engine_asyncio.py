@@ -45,8 +45,8 @@ from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from ._clients import Client
     from ._events import FetchRequest, Outcome
-    from ._fetch import Client
 
 __all__ = ["Crawler", "FinishReason"]
 

@@ -73,7 +73,7 @@ from ._events import FetchRequest, Outcome
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from ._fetch import Client
+    from ._clients import Client
 
 __all__ = ["Crawler", "FinishReason"]
 

@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-This module is the file format and nothing else: :class:`StateFile` opens a file (creating
-it, or checking that it is ours and holds the crawl asked for, before writing a byte),
-reads what a resumed crawl needs, and writes one :class:`Batch` as one transaction. How a
-crawl uses the file (a window of its queue in memory, group commit, when a URL counts as
+This module is the file and nothing else: :class:`StateFile` opens a file (creating it, or
+checking that it is ours and holds the crawl asked for, before writing a byte), reads what a
+resumed crawl needs, and writes one :class:`Batch` as one transaction. What the file holds
+(its tables, and what a row read back means) is :mod:`trio_crawler._statefile_rows`'s. How
+a crawl uses the file (a window of its queue in memory, group commit, when a URL counts as
 done) is the SQLite store's, :mod:`trio_crawler._store_sqlite`.
 
 What a transaction holds. A batch carries the URLs done with their records and their links
@@ -36,22 +37,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._config import ConfigError
-from ._events import FetchRequest, KnownPage
 from ._frontier import Completion, Resumed, Settled
-from ._stats import FetchStatistic
+from ._statefile_rows import (
+    APPLICATION_ID,
+    DISALLOWED,
+    DONE,
+    QUEUED,
+    SCHEMA,
+    SCHEMA_VERSION,
+    OriginNote,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 LOGGER = logging.getLogger("trio_crawler")
 
-# Identifies the file as ours ("TCrw") and its layout; another SQLite file is refused.
-APPLICATION_ID = 0x54437277
-SCHEMA_VERSION = 1
+# What every SQLite file begins with: a file that does not is refused before it is opened.
 SQLITE_HEADER = b"SQLite format 3\x00"
-
-# URL states in the file.
-QUEUED, DONE, DISALLOWED = 0, 1, 2
 
 # Links known to be in the file, kept in memory so that the links a page shares with many
 # others (navigation, mostly) are not looked up in the file again and again. Measured on
@@ -59,59 +62,6 @@ QUEUED, DONE, DISALLOWED = 0, 1, 2
 # were three quarters of the file's CPU. 50 000 URLs cost about 6 MiB; when it is full the
 # oldest half is forgotten (a forgotten URL is only looked up in the file again).
 KNOWN_CACHE = 50_000
-# How often the -o files' positions are stored (seconds): an older position only means
-# that a resume writes more of the file's records again, so they need not go with every
-# transaction; the WARC file's do (it is cut back to the position stored).
-MARK_INTERVAL = 1.0
-
-# The window: rows loaded into memory when fewer than LOW_WATER are queued there, a
-# CHUNK at a time; up to MAX_WINDOW while every URL in memory has to wait (a host's delay,
-# --max-per-host) and the file has more. Measured: a chunk of 500 rows loads in about a
-# millisecond, and 10 000 queued URLs in memory cost about 1.5 MiB.
-LOW_WATER = 256
-CHUNK = 500
-MAX_WINDOW = 10_000
-
-_SCHEMA = """
-CREATE TABLE crawl (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE urls (
-    id INTEGER PRIMARY KEY,
-    url TEXT NOT NULL UNIQUE,
-    state INTEGER NOT NULL,
-    depth INTEGER NOT NULL,
-    redirects_left INTEGER NOT NULL,
-    sitemap INTEGER NOT NULL,
-    first INTEGER NOT NULL
-);
-CREATE TABLE pages (
-    url TEXT PRIMARY KEY,
-    etag TEXT,
-    last_modified TEXT,
-    num_urls INTEGER NOT NULL,
-    links TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE records (
-    id INTEGER PRIMARY KEY,
-    pass INTEGER NOT NULL,
-    failed INTEGER NOT NULL,
-    json TEXT NOT NULL
-);
-CREATE TABLE origins (
-    origin TEXT PRIMARY KEY,
-    robots TEXT NOT NULL,
-    rules TEXT,
-    failure TEXT,
-    delay REAL,
-    wait_until REAL
-) WITHOUT ROWID;
-CREATE TABLE outputs (
-    path TEXT NOT NULL,
-    pass INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    last_record INTEGER NOT NULL,
-    PRIMARY KEY (path, pass)
-) WITHOUT ROWID;
-"""
 
 
 class StateFileError(ConfigError):
@@ -122,18 +72,6 @@ class StateFileError(ConfigError):
 
     def __init__(self, path: str, problem: str) -> None:
         super().__init__("state", f"{path}: {problem}")
-
-
-@dataclass(frozen=True, slots=True)
-class OriginNote:
-    """An origin's state, to keep: robots.txt rules or failure, delay, Retry-After."""
-
-    origin: str
-    robots: str
-    rules: str | None
-    failure: str | None
-    delay: float | None
-    wait_until: float | None
 
 
 @dataclass(slots=True)
@@ -248,7 +186,7 @@ class StateFile:
             self._db.executescript(
                 "BEGIN IMMEDIATE;"
                 f"PRAGMA application_id={APPLICATION_ID};"
-                f"PRAGMA user_version={SCHEMA_VERSION};" + _SCHEMA
+                f"PRAGMA user_version={SCHEMA_VERSION};" + SCHEMA
             )
             self._set("roots", json.dumps(list(roots)))
             self._set("options", json.dumps(dict(options), sort_keys=True, default=str))
@@ -589,14 +527,6 @@ def _count_unseen(db: sqlite3.Connection, urls: Iterable[str]) -> int:
     )
 
 
-def record_from_line(line: object) -> FetchStatistic | None:
-    try:
-        fields = json.loads(line) if isinstance(line, str) else None
-        return FetchStatistic(**fields) if isinstance(fields, dict) else None
-    except (ValueError, TypeError):
-        return None
-
-
 def stored_roots(path: str) -> tuple[str, ...]:
     """The roots of the crawl in ``path``, for a command that resumes without them.
 
@@ -608,25 +538,3 @@ def stored_roots(path: str) -> tuple[str, ...]:
     state_file = StateFile(path, roots=(), options={})
     state_file.close()
     return state_file.roots
-
-
-def request_from_row(row: tuple[Any, ...]) -> FetchRequest | None:
-    """The request a queued row describes, or None if the row is not one."""
-    _, url, depth, redirects_left, sitemap, _, etag, last_modified, num_urls, links = row
-    if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-        return None
-    if not all(
-        isinstance(number, int) and number >= 0 for number in (depth, redirects_left, sitemap)
-    ):
-        return None
-    known = None
-    if isinstance(links, str) and isinstance(num_urls, int):
-        known = KnownPage(
-            etag if isinstance(etag, str) else None,
-            last_modified if isinstance(last_modified, str) else None,
-            tuple(links.split("\n")) if links else (),
-            num_urls,
-        )
-    return FetchRequest(
-        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap, known=known
-    )

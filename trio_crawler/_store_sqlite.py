@@ -54,14 +54,8 @@ from ._frontier import (
 )
 from ._robots import RobotsRules, origin_of
 from ._scheduler import OriginScheduler
-from ._statefile import (
-    Batch,
-    Committed,
-    OriginNote,
-    StateFile,
-    record_from_line,
-    request_from_row,
-)
+from ._statefile import Batch, Committed, StateFile
+from ._statefile_rows import OriginNote, record_from_line, request_from_row
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

@@ -1,0 +1,120 @@
+"""The ``--state`` file's layout: its tables, and what a row read back from them means.
+
+Theory of operation
+-------------------
+:mod:`trio_crawler._statefile` handles the file (opens and locks it, checks that it is ours,
+writes one transaction at a time); this module is what the file holds. They are apart
+because a change here is of another kind: it changes the layout, which files written by
+earlier runs still have, so it goes with a new :data:`SCHEMA_VERSION` (a file of another
+layout is refused, not misread). Here every such decision is on one page: the tables, the
+states of a URL row, the columns of an origin's row, and how a row becomes a request or a
+record again.
+
+A row read back is checked, not trusted: the file outlives the process that wrote it and
+may have been edited or damaged since. :func:`request_from_row` and
+:func:`record_from_line` answer None for a row that is not what this layout writes, and
+the SQLite store sets such a row aside (logged, not fetched, not copied to ``-o``) rather
+than let one bad row end a resumed crawl. Neither touches a connection.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ._events import FetchRequest, KnownPage
+from ._stats import FetchStatistic
+
+# Identifies the file as ours ("TCrw") and its layout; another SQLite file is refused.
+APPLICATION_ID = 0x54437277
+SCHEMA_VERSION = 1
+
+# URL states in the file.
+QUEUED, DONE, DISALLOWED = 0, 1, 2
+
+SCHEMA = """
+CREATE TABLE crawl (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE urls (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE,
+    state INTEGER NOT NULL,
+    depth INTEGER NOT NULL,
+    redirects_left INTEGER NOT NULL,
+    sitemap INTEGER NOT NULL,
+    first INTEGER NOT NULL
+);
+CREATE TABLE pages (
+    url TEXT PRIMARY KEY,
+    etag TEXT,
+    last_modified TEXT,
+    num_urls INTEGER NOT NULL,
+    links TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE records (
+    id INTEGER PRIMARY KEY,
+    pass INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    json TEXT NOT NULL
+);
+CREATE TABLE origins (
+    origin TEXT PRIMARY KEY,
+    robots TEXT NOT NULL,
+    rules TEXT,
+    failure TEXT,
+    delay REAL,
+    wait_until REAL
+) WITHOUT ROWID;
+CREATE TABLE outputs (
+    path TEXT NOT NULL,
+    pass INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    last_record INTEGER NOT NULL,
+    PRIMARY KEY (path, pass)
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class OriginNote:
+    """An origin's state, to keep: robots.txt rules or failure, delay, Retry-After.
+
+    A row of the ``origins`` table, column for column (it is written and read as a tuple).
+    """
+
+    origin: str
+    robots: str
+    rules: str | None
+    failure: str | None
+    delay: float | None
+    wait_until: float | None
+
+
+def record_from_line(line: object) -> FetchStatistic | None:
+    try:
+        fields = json.loads(line) if isinstance(line, str) else None
+        return FetchStatistic(**fields) if isinstance(fields, dict) else None
+    except (ValueError, TypeError):
+        return None
+
+
+def request_from_row(row: tuple[Any, ...]) -> FetchRequest | None:
+    """The request a queued row describes, or None if the row is not one."""
+    _, url, depth, redirects_left, sitemap, _, etag, last_modified, num_urls, links = row
+    if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        return None
+    if not all(
+        isinstance(number, int) and number >= 0 for number in (depth, redirects_left, sitemap)
+    ):
+        return None
+    known = None
+    if isinstance(links, str) and isinstance(num_urls, int):
+        known = KnownPage(
+            etag if isinstance(etag, str) else None,
+            last_modified if isinstance(last_modified, str) else None,
+            tuple(links.split("\n")) if links else (),
+            num_urls,
+        )
+    return FetchRequest(
+        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap, known=known
+    )

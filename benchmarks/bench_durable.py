@@ -163,7 +163,7 @@ def frontier_part(urls: int) -> tuple[str, bool]:
     from trio_crawler._config import CrawlConfig
     from trio_crawler._events import Response
     from trio_crawler._state import CrawlState
-    from trio_crawler._statefile import open_store
+    from trio_crawler._stores import open_store
 
     navigation = "".join(f'<a href="/nav/{n}">n</a>' for n in range(20))
 

@@ -34,7 +34,15 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._cli_args import ENGINES, PROG, AnyCrawler, CommandLine, UsageError, parse_args
+from ._cli_args import (
+    ENGINES,
+    PROG,
+    AnyCrawler,
+    CommandLine,
+    UsageError,
+    for_the_command_line,
+    parse_args,
+)
 from ._config import ConfigError
 from ._output import OutputFiles
 from ._report import format_report
@@ -235,7 +243,7 @@ class CrawlRun:
                 with _signals_held() as held:
                     print(_report(self.crawler), end="", file=report_stream, flush=True)
         if self.unusable_state is not None:  # nothing ran, nothing in the file changed
-            print(f"{PROG}: error: --{self.unusable_state}", file=sys.stderr)
+            print(f"{PROG}: error: {for_the_command_line(self.unusable_state)}", file=sys.stderr)
             return EXIT_USAGE
         # Here the crawl returned (a crawl that raised is not here), so the crawler was made,
         # unless a signal came while the process waited for the shared crawl to be created.
@@ -254,7 +262,7 @@ class CrawlRun:
             on_record=outputs.write_record if outputs.output_path is not None else None,
             on_exchange=outputs.write_exchange if outputs.warc_path is not None else None,
             on_progress=self.progress.update if self.progress is not None else None,
-            **self.options.crawl.keywords(),
+            **self.options.crawl_keywords(),
         )
         # The files open once the store's session is (a shared crawl joined).
         crawler.open_outputs = outputs.open

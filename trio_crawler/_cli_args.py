@@ -19,7 +19,7 @@ import math
 import platform
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import trio
 
@@ -34,6 +34,7 @@ from ._config import (
     ConfigError,
     CrawlOptions,
     Option,
+    OptionChanged,
     check_options,
     declared_options,
     normalize_roots,
@@ -45,6 +46,8 @@ from ._version import __version__
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from dataclasses import Field
+
+    from ._config import CrawlKeywords
 
 PROG = "trio-crawler"
 AnyCrawler = engine_trio.Crawler | engine_anyio.Crawler | engine_asyncio.Crawler
@@ -103,6 +106,9 @@ class CommandLine:
     """
 
     roots: tuple[str, ...] = ()  # as given; the Crawler normalises them
+    # The crawl's options given on the command line, by name: a run of a crawl kept in a
+    # state file takes the ones that say what to crawl from the file when left out.
+    given: frozenset[str] = frozenset()
     demo: bool = option(
         False, help="crawl the bundled demo site (served on 127.0.0.1)", flags=("--demo",)
     )
@@ -172,6 +178,19 @@ class CommandLine:
 
     def __post_init__(self) -> None:
         check_options(self)
+
+    def crawl_keywords(self) -> CrawlKeywords:
+        """The crawl's options as ``Crawler`` keyword arguments: those given, and the
+        command line's own defaults (``--max-tasks 100``). The others are left out, so that
+        the ``Crawler`` tells an option left out from one given with its default value."""
+        keywords = self.crawl.keywords()
+        defaults = {
+            f.name for f, spec in declared_options(CrawlOptions) if spec.cli_default is not SAME
+        }
+        passed = self.given | defaults
+        return cast(
+            "CrawlKeywords", {name: value for name, value in keywords.items() if name in passed}
+        )
 
     @property
     def log_level(self) -> int:
@@ -299,10 +318,17 @@ def parse_args(argv: Sequence[str] | None) -> CommandLine:
             # server is listening, after the options must be checked.
             normalize_roots(roots)
         crawl = CrawlOptions(**_given(CrawlOptions, namespace))
-        command_line = CommandLine(roots=roots, crawl=crawl, **_given(CommandLine, namespace))
+        given = frozenset(
+            f.name
+            for f, _ in declared_options(CrawlOptions)
+            if getattr(namespace, f.name, None) is not None
+        )
+        command_line = CommandLine(
+            roots=roots, given=given, crawl=crawl, **_given(CommandLine, namespace)
+        )
         choose_http_library()
     except ConfigError as exc:
-        raise UsageError(_for_the_command_line(exc)) from None
+        raise UsageError(for_the_command_line(exc)) from None
     return command_line
 
 
@@ -353,11 +379,31 @@ def _number(text: str, flag: str, kind: type[Any]) -> object:
         raise UsageError(f"{flag} must be {what}, not {text!r}") from None
 
 
-def _for_the_command_line(error: ConfigError) -> str:
+def for_the_command_line(error: ConfigError) -> str:
     """A ConfigError's message with the option spelt as on the command line."""
     if error.option == "roots":
         return f"ROOT {error.problem}"
     for _, declared, spec in _declarations():
         if declared.name == error.option:
+            if isinstance(error, OptionChanged):
+                return (
+                    f"{_as_flags(spec, error.given)}: the crawl in {error.where} was made with "
+                    f"{_as_flags(spec, error.stored)}, and what to crawl is fixed by the run "
+                    "that made it (leave the option out to keep that, or start a new crawl)"
+                )
             return f"{(spec.flags or spec.off_flags)[0]} {error.problem}"
     return str(error)  # not an option (TRIO_CRAWLER_HTTP): it names itself
+
+
+def _as_flags(spec: Option, value: object) -> str:
+    """An option's value as the command line gives it: ``--max-depth 2``, ``--lenient``,
+    ``no --max-depth`` (None), ``no --ignore-robots`` (a boolean's other value)."""
+    if isinstance(value, bool):
+        chosen = spec.flags if value else spec.off_flags
+        if chosen:
+            return chosen[0]
+        return f"no {(spec.off_flags if value else spec.flags)[0]}"
+    flag = (spec.flags or spec.off_flags)[0]
+    if value is None:
+        return f"no {flag}"
+    return f"{flag} {value!r}" if isinstance(value, str) else f"{flag} {value}"

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ._urls import Scope, normalize_root
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Unpack
 
 # The chapter's defaults (crawl.py), except max_tasks, which the chapter's Crawler class also
@@ -119,6 +120,9 @@ class Option:
         section: The ``--help`` section the flags are listed in (one of SECTIONS).
         chapter: The chapter's ``Crawler`` took this keyword; it comes first in the signature.
         counted: An int flag that counts its repeats (``-vv``) instead of taking a value.
+        fixed: The option says *what* to crawl, not how: a durable crawl keeps the value
+            the run that made it had, and a later run may leave it out but not change it
+            (see :func:`keep_what_to_crawl`).
     """
 
     help: str
@@ -131,6 +135,7 @@ class Option:
     section: str = WHAT
     chapter: bool = False
     counted: bool = False
+    fixed: bool = False
 
 
 _OPTION = "trio_crawler.option"  # the metadata key an Option is stored under
@@ -151,6 +156,7 @@ def option(
     section: str = WHAT,
     chapter: bool = False,
     counted: bool = False,
+    fixed: bool = False,
     secret: bool = False,
 ) -> _T:
     """Declare an option: a dataclass field with ``default`` and an :class:`Option`."""
@@ -165,6 +171,7 @@ def option(
         section=section,
         chapter=chapter,
         counted=counted,
+        fixed=fixed,
     )
     # A secret's value (it may hold a password) is left out of the dataclass's repr.
     return field(default=default, metadata={_OPTION: declared}, repr=not secret)
@@ -321,6 +328,7 @@ class CrawlOptions:
         flags=("--exclude",),
         metavar="REGEX",
         chapter=True,
+        fixed=True,
     )
     strict: bool = option(
         True,
@@ -330,6 +338,7 @@ class CrawlOptions:
         off_flags=("--lenient",),
         off_help="hosts match when their last two labels match a root host's",
         chapter=True,
+        fixed=True,
     )
     max_redirect: int = option(
         DEFAULT_MAX_REDIRECT,
@@ -365,6 +374,7 @@ class CrawlOptions:
         "else /sitemap.xml)",
         check=truth,
         flags=("--sitemaps",),
+        fixed=True,
     )
     timeout: float = option(
         DEFAULT_TIMEOUT,
@@ -389,6 +399,7 @@ class CrawlOptions:
         flags=("--max-pages",),
         metavar="N",
         section=LIMITS,
+        fixed=True,
     )
     max_depth: int | None = option(
         None,
@@ -397,6 +408,7 @@ class CrawlOptions:
         flags=("--max-depth",),
         metavar="N",
         section=LIMITS,
+        fixed=True,
     )
     max_size: int = option(
         DEFAULT_MAX_SIZE,
@@ -421,6 +433,7 @@ class CrawlOptions:
         off_flags=("--ignore-robots",),
         off_help="do not fetch or obey robots.txt",
         section=MANNERS,
+        fixed=True,
     )
     user_agent: str | None = option(
         None,
@@ -570,6 +583,70 @@ def reject_unknown_options(options: Iterable[str], *, function: str) -> None:
     for name in options:
         if name not in known:
             raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+
+
+class OptionChanged(ConfigError):
+    """A later run of a durable crawl gives an option that says what to crawl (one
+    declared ``fixed``) another value than the run that made the crawl.
+
+    Attributes:
+        given: The value this run gives.
+        stored: The value the crawl was made with.
+        where: Where the crawl is kept (the state file's path), for the message.
+    """
+
+    def __init__(self, option: str, *, given: object, stored: object, where: str) -> None:
+        super().__init__(
+            option,
+            f"is {given!r}, but the crawl in {where} was made with {stored!r}: what to crawl "
+            f"is fixed by the run that made the crawl (leave {option} out to keep {stored!r}, "
+            "or start a new crawl)",
+        )
+        self.given = given
+        self.stored = stored
+        self.where = where
+
+
+def keep_what_to_crawl(
+    given: Mapping[str, Any], stored: Mapping[str, Any], *, where: str
+) -> dict[str, Any]:
+    """The options of a later run of a durable crawl: those ``given`` to this run, and for
+    each option that says what to crawl (declared ``fixed``) and is not given, the value
+    the crawl was made with (``stored``).
+
+    The options that say *how* to crawl (``max_tasks``, ``delay``, ``timeout``...) are each
+    run's own: given or not, the stored ones are not used. A stored option that is
+    missing (a file from an older version, or edited) is left to its default.
+
+    Raises:
+        OptionChanged: A ``fixed`` option is given with another value than the stored one.
+        ConfigError: A stored value is no value of its option (the file was damaged); the
+            message names ``where``.
+    """
+    options = dict(given)
+    for declared, spec in declared_options(CrawlOptions):
+        name = declared.name
+        if not spec.fixed or name not in stored:
+            continue
+        kept = stored[name]
+        if kept is not None or declared.default is not None:
+            try:
+                kept = kept if spec.check is None else spec.check(name, kept)
+            except ConfigError as exc:
+                raise ConfigError(
+                    "state", f"{where}: its crawl was made with {exc}; the file is damaged"
+                ) from None
+        if name not in given:
+            options[name] = kept
+            continue
+        value = given[name]
+        try:
+            value = value if spec.check is None or value is None else spec.check(name, value)
+        except ConfigError:
+            continue  # the given value is unusable: CrawlOptions says so, in its own words
+        if value != kept:
+            raise OptionChanged(name, given=value, stored=kept, where=where)
+    return options
 
 
 _Function = TypeVar("_Function", bound=Callable[..., object])

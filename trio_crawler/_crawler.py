@@ -18,17 +18,25 @@ import abc
 import enum
 import inspect
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 from ._clients import DEFAULT_USER_AGENT
-from ._config import ConfigError, CrawlConfig, reject_unknown_options, takes_options
+from ._config import (
+    ConfigError,
+    CrawlConfig,
+    keep_what_to_crawl,
+    normalize_roots,
+    reject_unknown_options,
+    takes_options,
+)
 from ._events import Committing, Retry
 from ._fetch import Fetcher
 from ._frontier import FrontierLost, StoreRuntime
 from ._state import CrawlCounts, CrawlState
-from ._stores import open_store, stored_roots_now
+from ._stores import open_store, stored_crawl_now
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -95,6 +103,31 @@ def _check_callback(name: str, callback: object) -> None:
         )
 
 
+def _as_stored(
+    roots: list[str] | str, options: CrawlKeywords
+) -> tuple[list[str] | str, CrawlKeywords]:
+    """The roots and options of a run of the crawl a state file holds, if it holds one.
+
+    That crawl is the one the run that made it asked for: its roots (left out to resume
+    it), and the options that say what to crawl, which a later run may leave out but not
+    change (see :func:`~trio_crawler._config.keep_what_to_crawl`). Other runs' roots and
+    options are as given.
+
+    Raises:
+        ConfigError: The roots are unusable, or other than the file's; the file cannot be
+            used; an option that says what to crawl is given another value.
+    """
+    state = options.get("state")
+    if not (isinstance(state, str | os.PathLike) and os.fspath(state)):
+        return roots, options  # no state file (or an unusable path: CrawlConfig says so)
+    path = str(os.fspath(state))
+    stored = stored_crawl_now(state=path, roots=normalize_roots(roots) if roots else ())
+    if stored is None:  # a new crawl
+        return roots, options
+    kept = keep_what_to_crawl(options, stored.options, where=path)
+    return roots or list(stored.roots), cast("CrawlKeywords", kept)
+
+
 class CrawlerBase(abc.ABC):
     """The chapter's ``Crawler`` minus its scheduling; see an engine's ``Crawler``.
 
@@ -141,8 +174,7 @@ class CrawlerBase(abc.ABC):
         """Check the roots and the options; ``crawl()`` runs the crawl."""
         reject_unknown_options(options, function=f"{type(self).__name__}.__init__")
         roots = list(roots) if not isinstance(roots, str) else roots
-        if not roots:  # resuming a state file: the file names the roots
-            roots = list(stored_roots_now(state=options.get("state") or None) or ())
+        roots, options = _as_stored(roots, options)
         self.config = CrawlConfig.create(roots, **options)
         if not (isinstance(progress_interval, int | float) and progress_interval > 0):
             raise ConfigError(

@@ -284,13 +284,18 @@ class OriginScheduler:
         self, key: str, *, rules: RobotsRules | None, failure: str | None, delay: float | None
     ) -> None:
         """An origin whose robots.txt a store kept: KNOWN with ``rules``, else FAILED with
-        ``failure``; ``delay``, if given, replaces the crawl's."""
+        ``failure``.
+
+        ``delay``, if given, is the origin's own (a ``Crawl-delay``), which applies where it
+        is longer than this scheduler's: the delay of the run that restores the origin is
+        the floor, whatever the run that kept it had.
+        """
         origin = self._origins[key] = _Origin(key, delay=self._delay, rules=rules)
         if rules is None:
             origin.failure = failure
             origin.robots = RobotsState.FAILED
         if delay is not None:
-            origin.delay = delay
+            origin.delay = max(self._delay, delay)
 
     def hold_origin(self, key: str, *, not_before: float) -> None:
         """Hand nothing out for origin ``key`` before ``not_before`` (a kept Retry-After)."""

@@ -34,6 +34,7 @@ import logging
 import os
 import sqlite3
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._config import ConfigError
@@ -200,14 +201,7 @@ class StateFile:
 
     def _check(self, roots: Sequence[str]) -> None:
         try:
-            (application_id,) = self._db.execute("PRAGMA application_id").fetchone()
-            (version,) = self._db.execute("PRAGMA user_version").fetchone()
-            if application_id != APPLICATION_ID:
-                raise StateFileError(self.path, "not a trio-crawler state file")
-            if version != SCHEMA_VERSION:
-                raise StateFileError(
-                    self.path, f"a state file of layout {version}; this version reads layout 1"
-                )
+            _check_layout(self._db, self.path)
             (verdict,) = self._db.execute("PRAGMA quick_check").fetchone()
             if verdict != "ok":
                 raise StateFileError(self.path, f"corrupt state file ({verdict})")
@@ -215,10 +209,7 @@ class StateFile:
         except sqlite3.Error as exc:
             raise StateFileError(self.path, f"corrupt state file ({exc})") from None
         if roots and tuple(roots) != stored:
-            raise StateFileError(
-                self.path,
-                f"holds the crawl of {' '.join(stored)}; give those ROOTs or none to resume it",
-            )
+            raise _other_crawl(self.path, stored)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -527,14 +518,88 @@ def _count_unseen(db: sqlite3.Connection, urls: Iterable[str]) -> int:
     )
 
 
+def _check_layout(db: sqlite3.Connection, path: str) -> None:
+    """Refuse a SQLite file that is not ours, or ours in another layout."""
+    (application_id,) = db.execute("PRAGMA application_id").fetchone()
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if application_id != APPLICATION_ID:
+        raise StateFileError(path, "not a trio-crawler state file")
+    if version != SCHEMA_VERSION:
+        raise StateFileError(
+            path, f"a state file of layout {version}; this version reads layout {SCHEMA_VERSION}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCrawl:
+    """What a state file says of the crawl it holds, before the crawl opens it.
+
+    Attributes:
+        roots: The crawl's roots.
+        options: The options the run that made the crawl had, by name (those a later run
+            may not change are picked out by ``_config.keep_what_to_crawl``).
+    """
+
+    roots: tuple[str, ...]
+    options: dict[str, Any]
+
+
+def _other_crawl(path: str, stored: Sequence[str]) -> StateFileError:
+    return StateFileError(
+        path, f"holds the crawl of {' '.join(stored)}; give those ROOTs or none to resume it"
+    )
+
+
+def stored_crawl(path: str, *, roots: Sequence[str]) -> StoredCrawl | None:
+    """The roots and options of the crawl in ``path``, for a later run of it given
+    ``roots`` (normalised; empty to resume the crawl of whatever roots it has); None when
+    the file holds no crawl yet (absent or empty) and roots are given: a new crawl.
+
+    A look, not an opening: read-only, without the lock and the integrity check that
+    :class:`StateFile` makes when the crawl opens the file next (so a large file is not
+    read whole twice), and nothing in the file is changed.
+
+    Raises:
+        StateFileError: The file holds no crawl and no roots were given, or the crawl of
+            other roots; it is not a state file of ours; its crawl table cannot be read.
+    """
+    if os.path.isdir(path):
+        raise StateFileError(path, "is a directory, not a state file")
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        if roots:
+            return None
+        raise StateFileError(path, "holds no crawl yet; give the ROOTs to start one")
+    _check_header(path)
+    try:
+        db = sqlite3.connect(Path(os.path.abspath(path)).as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StateFileError(path, f"cannot open it as a state file ({exc})") from None
+    try:
+        _check_layout(db, path)
+        rows = dict(db.execute("SELECT key, value FROM crawl WHERE key IN ('roots', 'options')"))
+        if "roots" not in rows:
+            raise StateFileError(path, "corrupt state file (no 'roots')")
+        stored = json.loads(rows["roots"])
+        options = json.loads(rows.get("options", "{}"))
+    except (sqlite3.Error, json.JSONDecodeError, TypeError) as exc:
+        raise StateFileError(path, f"corrupt state file ({exc})") from None
+    finally:
+        db.close()
+    if not (isinstance(stored, list) and all(isinstance(root, str) for root in stored)):
+        raise StateFileError(path, "corrupt state file (its roots are no list of URLs)")
+    if not isinstance(options, dict):
+        raise StateFileError(path, "corrupt state file (its options are no JSON object)")
+    if roots and tuple(roots) != tuple(stored):
+        raise _other_crawl(path, stored)
+    return StoredCrawl(tuple(stored), options)
+
+
 def stored_roots(path: str) -> tuple[str, ...]:
     """The roots of the crawl in ``path``, for a command that resumes without them.
 
     Raises:
-        StateFileError: The file holds no crawl, or cannot be used (as when opened).
+        StateFileError: The file holds no crawl, or cannot be used.
     """
-    if not os.path.isdir(path) and (not os.path.exists(path) or os.path.getsize(path) == 0):
-        raise StateFileError(path, "holds no crawl yet; give the ROOTs to start one")
-    state_file = StateFile(path, roots=(), options={})
-    state_file.close()
-    return state_file.roots
+    crawl = stored_crawl(path, roots=())
+    assert crawl is not None
+    return crawl.roots

@@ -80,6 +80,9 @@ class OriginNote:
     """An origin's state, to keep: robots.txt rules or failure, delay, Retry-After.
 
     A row of the ``origins`` table, column for column (it is written and read as a tuple).
+    ``delay`` is the origin's own (its ``Crawl-delay``), never a run's ``--delay``, which
+    is each run's; files written before kept the delay in force there, so a resumed crawl
+    reads the ``Crawl-delay`` from ``rules`` instead.
     """
 
     origin: str

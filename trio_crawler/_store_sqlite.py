@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._config import MAX_HOST_DELAY
 from ._events import RobotsRequest
 from ._frontier import (
     GROUP_SIZE,
@@ -496,12 +497,18 @@ class StoredFrontier:
                 state.robots.value,
                 None if state.rules is None else state.rules.as_text(),
                 state.failure,
-                state.delay,
+                _own_delay(state.rules),
                 wait_until,
             )
         )
 
     def _restore_origins(self) -> None:
+        """The origins the file kept, with this run's ``--delay`` as the floor of their
+        delays (it is each run's own): only the origin's own ``Crawl-delay`` carries over.
+
+        That delay is read from the rules kept, not from the ``delay`` column, which files
+        written before held the delay in force, the run's ``--delay`` included.
+        """
         for note in self.file.origins():
             if note.wait_until is not None:
                 self._restored_waits[note.origin] = note.wait_until
@@ -513,12 +520,19 @@ class StoredFrontier:
             if state is RobotsState.KNOWN and note.rules is not None:
                 rules = RobotsRules.from_text(note.rules)
                 self.scheduler.restore_origin(
-                    note.origin, rules=rules, failure=None, delay=note.delay
+                    note.origin, rules=rules, failure=None, delay=_own_delay(rules)
                 )
             elif state is RobotsState.FAILED:
                 self.scheduler.restore_origin(
                     note.origin,
                     rules=None,
                     failure=note.failure or "robots.txt failed",
-                    delay=note.delay,
+                    delay=None,
                 )
+
+
+def _own_delay(rules: RobotsRules | None) -> float | None:
+    """The delay an origin asks for itself (its ``Crawl-delay``, capped as the core caps
+    it), apart from any run's ``--delay``; None when it asks for none."""
+    delay = None if rules is None else rules.crawl_delay
+    return None if delay is None else min(delay, MAX_HOST_DELAY)

@@ -14,8 +14,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ._config import CrawlConfig
     from ._frontier import Store
+    from ._statefile import StoredCrawl
 
 
 def open_store(config: CrawlConfig) -> Store:
@@ -41,6 +44,24 @@ def open_store(config: CrawlConfig) -> Store:
     return MemoryFrontier(
         delay=config.delay, obey_robots=config.obey_robots, max_per_host=config.max_per_host
     )
+
+
+def stored_crawl_now(*, state: str | None, roots: Sequence[str]) -> StoredCrawl | None:
+    """What a state file says of the crawl it holds (its roots, and the options the run
+    that made it had), for a later run given ``roots`` (normalised; empty to resume);
+    None when the options name no state file, or it holds no crawl yet and roots are given.
+
+    Only looks: the file is opened for the crawl by :func:`open_store`.
+
+    Raises:
+        ConfigError: The file holds no crawl and no roots are given, or another crawl;
+            it cannot be used.
+    """
+    if state is None:
+        return None
+    from ._statefile import stored_crawl
+
+    return stored_crawl(state, roots=roots)
 
 
 def stored_roots_now(*, state: str | None) -> tuple[str, ...] | None:

@@ -1,0 +1,186 @@
+"""Runs of one crawl kept in a state file: what each run takes from the file, and what is
+its own.
+
+What docs/long-crawls.md promises ("Options between runs"): the options that say *what* to
+crawl are fixed by the run that made the crawl (left out, the file's values apply; given
+with other values, a usage error that changes nothing), and those that say *how* are each
+run's own, ``--delay`` included (the floor of every origin's delay; a longer
+``Crawl-delay`` still applies).
+
+Each test is a behaviour a user found broken, through the command line as a child
+process, with a real state file in ``tmp_path`` and a real server in the test's own task
+group.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import trio
+from sites import Site
+
+from trio_crawler import Crawler
+from trio_crawler._config import OptionChanged
+
+from httpserver import Reply, open_test_server
+from support import HANG_LIMIT, page, run_cli
+
+SEED = 20261125
+
+
+def crawl_args(state: Path, *extra: str) -> list[str]:
+    return ["--state", str(state), "--no-progress", *extra]
+
+
+# (the options of the run that made the crawl, a later run's, the error's start, its rest)
+CHANGED = [
+    pytest.param(
+        ["--max-depth", "2"], ["--max-depth", "3"], "--max-depth 3:", "made with --max-depth 2",
+        id="max-depth",
+    ),
+    pytest.param([], ["--max-pages", "5"], "--max-pages 5:", "with no --max-pages", id="max-pages"),
+    pytest.param(
+        ["--exclude", "/a"], ["--exclude", "/b"], "--exclude '/b':", "with --exclude '/a'",
+        id="exclude",
+    ),
+    pytest.param([], ["--lenient"], "--lenient:", "made with --strict", id="lenient"),
+    pytest.param(["--lenient"], ["--strict"], "--strict:", "made with --lenient", id="strict"),
+    pytest.param(
+        ["--sitemaps"], ["--sitemaps", "--ignore-robots"], "--ignore-robots:",
+        "made with no --ignore-robots", id="ignore-robots",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("made", "later", "start", "rest"), CHANGED)
+@pytest.mark.trio
+async def test_an_option_that_says_what_to_crawl_cannot_change(
+    tmp_path: Path, made: list[str], later: list[str], start: str, rest: str
+) -> None:
+    """Exit 2, one line naming the option and both values, no request, no file changed.
+
+    The later run is a ``--recrawl``, which would request every URL again if it ran."""
+    state, output = tmp_path / "crawl.db", tmp_path / "out.jsonl"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            server.route("/", page())
+            first = await run_cli(*crawl_args(state, "-o", str(output), *made), server.url("/"))
+            assert first.returncode == 0, first.stderr
+            kept, written, requests = state.read_bytes(), output.read_bytes(), len(server.requests)
+            run = await run_cli(*crawl_args(state, "-o", str(output), "--recrawl", *later))
+    error = run.stderr.decode()
+    assert run.returncode == 2, error
+    assert error.count("\n") == 1, error
+    assert error.startswith(f"trio-crawler: error: {start} "), error
+    assert rest in error, error
+    assert str(state) in error, error
+    assert run.stdout == b""
+    assert len(server.requests) == requests, "a refused run made a request"
+    assert state.read_bytes() == kept
+    assert output.read_bytes() == written
+
+
+@pytest.mark.trio
+async def test_options_that_say_what_to_crawl_are_the_crawls_when_left_out(
+    tmp_path: Path,
+) -> None:
+    """A recrawl given no options keeps the crawl's --max-depth, --exclude and
+    --ignore-robots: it fetches neither the page beyond the depth, nor the one excluded,
+    nor robots.txt."""
+    state = tmp_path / "crawl.db"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            # "/" has no ETag, so the recrawl reads it again (and its links with the scope).
+            server.route("/", page("/a", "/x/secret"))
+            server.route("/a", page("/b"))
+            server.route("/b", page())
+            server.route("/x/secret", page())
+            made = ["--max-depth", "1", "--exclude", "/x/", "--ignore-robots"]
+            first = await run_cli(*crawl_args(state, *made), server.url("/"))
+            assert first.returncode == 0, first.stderr
+            assert sorted(server.requests) == ["/", "/a"]
+            del server.requests[:]
+            again = await run_cli(*crawl_args(state, "--recrawl"))
+    assert again.returncode == 0, again.stderr
+    assert sorted(server.requests) == ["/", "/a"], again.stdout.decode()
+
+
+def test_the_api_keeps_the_crawls_options_too(tmp_path: Path) -> None:
+    """``Crawler(state=...)``: keyword arguments left out are the crawl's; one given with
+    another value raises, before anything is opened."""
+    state = str(tmp_path / "crawl.db")
+    Crawler(["http://127.0.0.1:9/"], state=state, max_depth=2, strict=False).store.close()
+    resumed = Crawler([], state=state, max_tasks=3)
+    resumed.store.close()
+    assert (resumed.config.max_depth, resumed.config.strict) == (2, False)
+    assert resumed.config.max_tasks == 3
+    same = Crawler([], state=state, max_depth=2)
+    same.store.close()
+    with pytest.raises(OptionChanged, match=r"^max_depth is 3, but the crawl in .* with 2"):
+        Crawler([], state=state, max_depth=3)
+    with pytest.raises(OptionChanged, match=r"^strict is True, but the crawl in .* with False"):
+        Crawler([], state=state, strict=True)
+
+
+# The site of the delay tests: 300 pages (each linking to the next and four others), more
+# than any run below fetches within its --max-time, and robots.txt as each test says.
+PAGES = 300
+
+
+async def pages_fetched_by_a_resumed_run(
+    tmp_path: Path, *, robots: Reply, first: list[str], later: list[str]
+) -> int:
+    """Make a crawl that stops at its deadline after fetching robots.txt and a few pages,
+    then run it again with ``later`` for one second; the pages the second run fetched."""
+    site = Site(PAGES, random.Random(SEED))
+    state = tmp_path / "crawl.db"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            server.route("/robots.txt", robots)
+            server.fallback(site.handle)
+            site.pause = 0.05  # two at a time: no more than a few pages before the deadline
+            made = crawl_args(state, "--max-tasks", "2", "--max-time", "0.5", *first)
+            run = await run_cli(*made, server.url("/p/0.html"))
+            assert run.returncode == 0, run.stderr
+            assert b"Finish reason: deadline" in run.stdout, run.stdout
+            assert server.hits["/robots.txt"] == 1
+            site.pause = 0.0
+            served = site.served
+            again = await run_cli(*crawl_args(state, "--max-time", "1", *later))
+            assert again.returncode == 0, again.stderr
+            assert server.hits["/robots.txt"] == 1, "the resumed run fetched robots.txt again"
+    return site.served - served
+
+
+@pytest.mark.trio
+async def test_a_resumed_runs_delay_is_the_floor_for_every_origin(tmp_path: Path) -> None:
+    """The crawl was made without --delay; a resumed run given one keeps it (the run that
+    kept the origin's robots.txt had no delay, and that used to stick: hundreds of pages
+    a second)."""
+    fetched = await pages_fetched_by_a_resumed_run(
+        tmp_path, robots=Reply.html("none", status=404), first=[], later=["--delay", "0.1"]
+    )
+    assert 1 <= fetched <= 12  # one at once, then one per 0.1 s for a second
+
+
+@pytest.mark.trio
+async def test_a_resumed_run_without_delay_is_not_slowed_by_the_first_runs(
+    tmp_path: Path,
+) -> None:
+    fetched = await pages_fetched_by_a_resumed_run(
+        tmp_path, robots=Reply.html("none", status=404), first=["--delay", "0.2"], later=[]
+    )
+    assert fetched > 30  # at --delay 0.2, five or six
+
+
+@pytest.mark.trio
+async def test_a_longer_crawl_delay_still_applies_to_a_resumed_run(tmp_path: Path) -> None:
+    robots = Reply(
+        headers=(("content-type", "text/plain"),), body=b"User-agent: *\nCrawl-delay: 0.25\n"
+    )
+    fetched = await pages_fetched_by_a_resumed_run(
+        tmp_path, robots=robots, first=[], later=["--delay", "0.05"]
+    )
+    assert 1 <= fetched <= 6  # one at once, then one per 0.25 s for a second

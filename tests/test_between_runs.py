@@ -15,6 +15,7 @@ group.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from trio_crawler import Crawler
 from trio_crawler._config import OptionChanged
 
 from httpserver import Reply, open_test_server
-from support import HANG_LIMIT, page, run_cli
+from support import HANG_LIMIT, page, read_records, run_cli
 
 SEED = 20261125
 
@@ -184,3 +185,62 @@ async def test_a_longer_crawl_delay_still_applies_to_a_resumed_run(tmp_path: Pat
         tmp_path, robots=robots, first=[], later=["--delay", "0.05"]
     )
     assert 1 <= fetched <= 6  # one at once, then one per 0.25 s for a second
+
+
+def rate_line_count(report: bytes) -> int:
+    """N of the report's ``Finished N urls in S secs ...`` line."""
+    found = re.search(rb"^Finished (\d+) urls in [\d.]+ secs", report, re.MULTILINE)
+    assert found is not None, report.decode()
+    return int(found[1])
+
+
+@pytest.mark.trio
+async def test_the_rate_line_of_a_resumed_crawl_counts_this_runs_records(
+    tmp_path: Path,
+) -> None:
+    """The report covers the whole crawl (``Done:``), the rate line this run: its records
+    over its time. It used to count the whole crawl's records over this run's time."""
+    site = Site(PAGES, random.Random(SEED))
+    state, output = tmp_path / "crawl.db", tmp_path / "out.jsonl"
+    args = crawl_args(state, "-o", str(output), "--ignore-robots")
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            server.fallback(site.handle)
+            site.pause = 0.05
+            first = await run_cli(
+                *args, "--max-tasks", "2", "--max-time", "0.5", server.url("/p/0.html")
+            )
+            site.pause = 0.0
+            second = await run_cli(*args)
+            third = await run_cli(*args)
+    assert b"Finish reason: deadline" in first.stdout, first.stdout.decode()
+    made = rate_line_count(first.stdout)
+    assert 0 < made < PAGES
+    assert f"Done: {made}\n".encode() in first.stdout
+    assert b"Finish reason: finished" in second.stdout, second.stdout.decode()
+    assert rate_line_count(second.stdout) == PAGES - made, second.stdout.decode()
+    assert f"Done: {PAGES}\n".encode() in second.stdout
+    # A finished crawl's report, no request made: nothing this run.
+    assert rate_line_count(third.stdout) == 0, third.stdout.decode()
+    assert f"Done: {PAGES}\n".encode() in third.stdout
+    assert len(read_records(output)) == PAGES
+
+
+@pytest.mark.trio
+async def test_the_rate_line_of_a_crawl_resumed_at_its_max_pages_counts_nothing(
+    tmp_path: Path,
+) -> None:
+    site = Site(PAGES, random.Random(SEED))
+    state = tmp_path / "crawl.db"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            server.fallback(site.handle)
+            args = crawl_args(state, "--ignore-robots")
+            first = await run_cli(*args, "--max-pages", "20", server.url("/p/0.html"))
+            served = site.served
+            again = await run_cli(*args)
+    assert rate_line_count(first.stdout) == 20, first.stdout.decode()
+    assert site.served == served, "the crawl's --max-pages was spent"
+    assert rate_line_count(again.stdout) == 0, again.stdout.decode()
+    assert b"Done: 20\n" in again.stdout
+    assert b"Finish reason: max-pages" in again.stdout

@@ -388,6 +388,7 @@ def _report(crawler: AnyCrawler) -> str:
         finish_reason=crawler.finish_reason or "interrupted",
         extra_counters=crawler.limit_counts,
         notes=crawler.store.report_notes(),
+        made=crawler.records_made,
     )
 
 

@@ -246,6 +246,13 @@ class CrawlerBase(abc.ABC):
         kept = self.store.records()
         return self.state.done if kept is None else kept
 
+    @property
+    def records_made(self) -> int:
+        """How many records this run made: ``len(done)``, except with ``state``, where
+        ``done`` is the whole crawl's, every run of it (the report's rate line counts
+        these)."""
+        return self.state.records_made
+
     def statistics(self) -> CrawlCounts:
         """A frozen snapshot of the crawl's progress."""
         return self.state.statistics()

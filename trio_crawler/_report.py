@@ -39,6 +39,7 @@ def format_report(
     extra_counters: Mapping[str, int] | None = None,
     notes: Sequence[str] = (),
     date: str | None = None,
+    made: int | None = None,
 ) -> str:
     """The whole report, newline-terminated.
 
@@ -52,14 +53,19 @@ def format_report(
             printed among the chapter's, in the same sorted order.
         notes: Lines of the report's own after the counters (a shared crawl's totals).
         date: The ``Date:`` value; defaults to the local time now, as the chapter's.
+        made: How many records this run made, for the rate line (``Finished N urls in S
+            secs``), which is this run's; defaults to all of ``records``. A resumed crawl's
+            report lists the whole crawl's records, but its rate line counts only the
+            records made in the ``elapsed`` seconds of this run.
     """
-    speed = len(records) / elapsed / max_tasks if elapsed > 0 and max_tasks else 0.0
+    made = len(records) if made is None else made
+    speed = made / elapsed / max_tasks if elapsed > 0 and max_tasks else 0.0
     counters = count_records(records)
     counters.update(extra_counters or {})
     lines = ["*** Report ***"]
     lines.extend(url_line(stat) for stat in sorted(records, key=lambda stat: stat.url))
     lines.append(
-        f"Finished {len(records)} urls in {elapsed:.3f} secs"
+        f"Finished {made} urls in {elapsed:.3f} secs"
         f" (max_tasks={max_tasks}) ({speed:.3f} urls/sec/task)"
     )
     lines.extend(f"{count:10d} {key}" for key, count in sorted(counters.items()))

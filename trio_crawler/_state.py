@@ -168,13 +168,15 @@ class CrawlState:
         self._started = 0
         self._failed = 0
         self._recorded = 0
+        # Records the earlier runs of a resumed crawl made: not this run's (records_made).
+        self._recorded_before = 0
         self._scheduling = True
         # Sitemaps are read for the roots' origins only: robots.txt names them per origin.
         self._root_origins = frozenset(origin_of(root) for root in config.roots)
         if resumed is not None:
             # What a durable store kept of the crawl so far.
             self.limit_counts.update(resumed.limit_counts)
-            self._started = self._recorded = resumed.records
+            self._started = self._recorded = self._recorded_before = resumed.records
             self._failed = resumed.failed
         # A batch each, so that roots go out in the order given. A durable store that
         # resumes a crawl already has them, and says none is new.
@@ -325,6 +327,12 @@ class CrawlState:
     def in_flight(self) -> frozenset[str]:
         """URLs handed out and not yet finished (robots.txt fetches not included)."""
         return self.frontier.in_flight
+
+    @property
+    def records_made(self) -> int:
+        """Records this run made: the crawl's, less those a resumed crawl's earlier runs
+        made (the report's rate line is this run's)."""
+        return self._recorded - self._recorded_before
 
     def statistics(self) -> CrawlCounts:
         """A frozen snapshot of the crawl's counts."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,8 @@ async def test_an_option_that_says_what_to_crawl_cannot_change(
             first = await run_cli(*crawl_args(state, "-o", str(output), *made), server.url("/"))
             assert first.returncode == 0, first.stderr
             kept, written, requests = state.read_bytes(), output.read_bytes(), len(server.requests)
-            run = await run_cli(*crawl_args(state, "-o", str(output), "--recrawl", *later))
+            later_output = tmp_path / "again.jsonl"  # a recrawl is a new pass: a new file
+            run = await run_cli(*crawl_args(state, "-o", str(later_output), "--recrawl", *later))
     error = run.stderr.decode()
     assert run.returncode == 2, error
     assert error.count("\n") == 1, error
@@ -81,6 +83,7 @@ async def test_an_option_that_says_what_to_crawl_cannot_change(
     assert len(server.requests) == requests, "a refused run made a request"
     assert state.read_bytes() == kept
     assert output.read_bytes() == written
+    assert not later_output.exists()
 
 
 @pytest.mark.trio
@@ -244,3 +247,77 @@ async def test_the_rate_line_of_a_crawl_resumed_at_its_max_pages_counts_nothing(
     assert rate_line_count(again.stdout) == 0, again.stdout.decode()
     assert b"Done: 20\n" in again.stdout
     assert b"Finish reason: max-pages" in again.stdout
+
+
+def refused_for_pass(run: subprocess.CompletedProcess[bytes], output: str, number: int) -> None:
+    error = run.stderr.decode()
+    assert run.returncode == 2, error
+    assert error == (
+        f"trio-crawler: error: --output {output} holds the records of pass {number}; "
+        "give a new file for this pass\n"
+    )
+    assert run.stdout == b""
+
+
+@pytest.mark.trio
+async def test_a_recrawl_refuses_the_output_file_of_an_earlier_pass(tmp_path: Path) -> None:
+    """``--recrawl -o FIRST.jsonl`` replaced the first pass's records with the new pass's;
+    now it is refused, one line, exit 2, with no request made and no file changed."""
+    state, first, second = tmp_path / "crawl.db", tmp_path / "1.jsonl", tmp_path / "2.jsonl"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            server.route("/", page("/a"))
+            server.route("/a", page())
+            made = await run_cli(
+                *crawl_args(state, "-o", str(first), "--ignore-robots"), server.url("/")
+            )
+            assert made.returncode == 0, made.stderr
+            kept, written, requests = state.read_bytes(), first.read_bytes(), len(server.requests)
+            recrawl = crawl_args(state, "--recrawl", "-o")
+            refused = await run_cli(*recrawl, str(first))
+            # The same file by another name is the same file.
+            alias = f"{tmp_path}/./{first.name}"
+            refused_alias = await run_cli(*recrawl, alias)
+            assert len(server.requests) == requests, "a refused run made a request"
+            assert state.read_bytes() == kept
+            assert first.read_bytes() == written
+            passed = await run_cli(*recrawl, str(second))
+            assert passed.returncode == 0, passed.stderr
+            # The second pass is finished: its report may be asked for with its own file,
+            # but the first pass's file would be cut back to hold the second's records.
+            report = await run_cli(*crawl_args(state, "-o", str(second)))
+            refused_report = await run_cli(*crawl_args(state, "-o", str(first)))
+    refused_for_pass(refused, str(first), 1)
+    refused_for_pass(refused_alias, alias, 1)
+    refused_for_pass(refused_report, str(first), 1)
+    assert report.returncode == 0, report.stderr
+    assert first.read_bytes() == written
+    assert [record["url"] for record in read_records(second)] == [server.url("/"), server.url("/a")]
+
+
+@pytest.mark.trio
+async def test_an_interrupted_recrawl_pass_goes_on_with_its_own_file(tmp_path: Path) -> None:
+    site = Site(PAGES, random.Random(SEED))
+    state, first, second = tmp_path / "crawl.db", tmp_path / "1.jsonl", tmp_path / "2.jsonl"
+    args = crawl_args(state, "--ignore-robots", "-o")
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            server.fallback(site.handle)
+            made = await run_cli(*args, str(first), server.url("/p/0.html"))
+            assert made.returncode == 0, made.stderr
+            written = first.read_bytes()
+            site.pause = 0.05
+            cut = await run_cli(
+                *args, str(second), "--recrawl", "--max-tasks", "2", "--max-time", "0.5"
+            )
+            assert b"Finish reason: deadline" in cut.stdout, cut.stdout.decode()
+            site.pause = 0.0
+            refused = await run_cli(*args, str(first), "--recrawl")
+            resumed = await run_cli(*args, str(second), "--recrawl")
+    refused_for_pass(refused, str(first), 1)
+    assert resumed.returncode == 0, resumed.stderr
+    assert b"Finish reason: finished" in resumed.stdout, resumed.stdout.decode()
+    assert first.read_bytes() == written
+    records = read_records(second)
+    assert len({record["url"] for record in records}) == len(records) == PAGES
+    assert {record["status"] for record in records} == {304}

@@ -46,6 +46,7 @@ from ._cli_args import (
 from ._config import ConfigError
 from ._output import OutputFiles
 from ._report import format_report
+from ._stores import check_output
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -122,6 +123,7 @@ def _main(argv: Sequence[str] | None) -> int:
     outputs = OutputFiles(output=options.output, warc=options.warc)
     try:
         outputs.check()
+        check_output(options.crawl, options.output)  # not an earlier pass's file
     except ConfigError as exc:
         print(f"{PROG}: error: --{exc}", file=sys.stderr)
         return EXIT_USAGE

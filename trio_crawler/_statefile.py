@@ -530,6 +530,29 @@ def _check_layout(db: sqlite3.Connection, path: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def _looking_at(path: str) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the state file ``path``, checked to be ours, for a look
+    before the crawl opens it: no lock, no integrity check (:class:`StateFile` makes
+    those), and nothing in the file changed.
+
+    Raises:
+        StateFileError: The file is not ours, or cannot be read (also from the body).
+    """
+    _check_header(path)
+    try:
+        db = sqlite3.connect(Path(os.path.abspath(path)).as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StateFileError(path, f"cannot open it as a state file ({exc})") from None
+    try:
+        _check_layout(db, path)
+        yield db
+    except sqlite3.Error as exc:
+        raise StateFileError(path, f"corrupt state file ({exc})") from None
+    finally:
+        db.close()
+
+
 @dataclass(frozen=True, slots=True)
 class StoredCrawl:
     """What a state file says of the crawl it holds, before the crawl opens it.
@@ -569,22 +592,15 @@ def stored_crawl(path: str, *, roots: Sequence[str]) -> StoredCrawl | None:
         if roots:
             return None
         raise StateFileError(path, "holds no crawl yet; give the ROOTs to start one")
-    _check_header(path)
-    try:
-        db = sqlite3.connect(Path(os.path.abspath(path)).as_uri() + "?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise StateFileError(path, f"cannot open it as a state file ({exc})") from None
-    try:
-        _check_layout(db, path)
+    with _looking_at(path) as db:
         rows = dict(db.execute("SELECT key, value FROM crawl WHERE key IN ('roots', 'options')"))
         if "roots" not in rows:
             raise StateFileError(path, "corrupt state file (no 'roots')")
-        stored = json.loads(rows["roots"])
-        options = json.loads(rows.get("options", "{}"))
-    except (sqlite3.Error, json.JSONDecodeError, TypeError) as exc:
-        raise StateFileError(path, f"corrupt state file ({exc})") from None
-    finally:
-        db.close()
+        try:
+            stored = json.loads(rows["roots"])
+            options = json.loads(rows.get("options", "{}"))
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise StateFileError(path, f"corrupt state file ({exc})") from None
     if not (isinstance(stored, list) and all(isinstance(root, str) for root in stored)):
         raise StateFileError(path, "corrupt state file (its roots are no list of URLs)")
     if not isinstance(options, dict):
@@ -603,3 +619,53 @@ def stored_roots(path: str) -> tuple[str, ...]:
     crawl = stored_crawl(path, roots=())
     assert crawl is not None
     return crawl.roots
+
+
+def earlier_pass_written(path: str, output: str, *, recrawl: bool) -> int | None:
+    """The pass whose records the ``-o`` file ``output`` holds, when the next run of the
+    crawl in ``path`` (a ``recrawl`` or not) writes another pass; None when it does not
+    (a new file, or this pass's own: a resumed pass goes on with its file).
+
+    A run opens its ``-o`` file to hold its own pass's records: it cuts the file back to
+    what the pass had written to it, which for a file of an earlier pass is nothing. So
+    that file must be refused before anything is opened, or a ``--recrawl`` given the
+    first pass's file would replace its records with the new pass's. The ``outputs``
+    table says which pass wrote which path (see :meth:`StateFile.mark`); a path written
+    to by several passes is the last one's.
+
+    Raises:
+        StateFileError: The file is not ours, or cannot be read.
+    """
+    if not os.path.exists(path) or os.path.isdir(path) or os.path.getsize(path) == 0:
+        return None
+    with _looking_at(path) as db:
+        row = db.execute("SELECT value FROM crawl WHERE key = 'pass'").fetchone()
+        if row is None or not str(row[0]).isdigit():
+            raise StateFileError(path, "corrupt state file (no 'pass')")
+        this_pass = int(row[0])
+        latest = max(
+            (
+                number
+                for written, number in db.execute("SELECT path, pass FROM outputs")
+                if isinstance(number, int) and _same_file(str(written), output)
+            ),
+            default=None,
+        )
+        if latest is None:
+            return None
+        if recrawl:
+            # A finished crawl (nothing queued) begins its next pass; else this one goes on.
+            queued = db.execute("SELECT 1 FROM urls WHERE state = ? LIMIT 1", (QUEUED,))
+            if queued.fetchone() is None:
+                this_pass += 1
+    return latest if latest < this_pass else None
+
+
+def _same_file(written: str, output: str) -> bool:
+    """Whether ``written``, a path an earlier run stored, is the file ``output`` names."""
+    if written == output:
+        return True
+    try:
+        return os.path.samefile(written, output)
+    except OSError:  # either is gone (or never was): not the same file
+        return False

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._config import ConfigError
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._config import CrawlConfig
+    from ._config import CrawlConfig, CrawlOptions
     from ._frontier import Store
     from ._statefile import StoredCrawl
 
@@ -62,6 +64,28 @@ def stored_crawl_now(*, state: str | None, roots: Sequence[str]) -> StoredCrawl 
     from ._statefile import stored_crawl
 
     return stored_crawl(state, roots=roots)
+
+
+def check_output(options: CrawlOptions, output: str | None) -> None:
+    """Refuse an ``-o`` file that the store would cut back to hold another pass's records:
+    with ``state``, a file that holds the records of an earlier pass (a ``--recrawl`` is a
+    new pass, and each pass writes a file of its own). The memory store writes a new file
+    by design, and a shared frontier's process appends to its own.
+
+    Only looks, before anything is opened for writing (see :mod:`trio_crawler._output`).
+
+    Raises:
+        ConfigError: The file holds another pass's records; the state file cannot be used.
+    """
+    if options.state is None or output is None or output == "-":
+        return
+    from ._statefile import earlier_pass_written
+
+    earlier = earlier_pass_written(options.state, output, recrawl=options.recrawl)
+    if earlier is not None:
+        raise ConfigError(
+            "output", f"{output} holds the records of pass {earlier}; give a new file for this pass"
+        )
 
 
 def stored_roots_now(*, state: str | None) -> tuple[str, ...] | None:

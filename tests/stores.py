@@ -9,27 +9,39 @@ it takes an outcome, what waits is kept (a SQLite transaction committed at once,
 answer as an engine's worker sees it once its URL is settled: an outcome that made a
 record answers :class:`Recorded`, whichever store made it.
 
-The Redis store is not on this table: its scheduling (delays, robots.txt, leases) runs in
-the server's scripts on the server's clock, which a scenario on a virtual clock cannot
-step; its scripts have a seeded fuzzer of their own (test_cluster_scripts.py), and the
-crawl-level suites run on it through real servers (test_cluster.py).
+The Redis store runs against a real ``redis-server`` (one per test process, a crawl of
+its own per scenario). Its session and its calls are async, so they run in an event loop
+of their own, in a thread (an AnyIO blocking portal), while the scenario steps the core
+in this one: each step's calls happen between two of the core's, as an engine's would.
+Its scripts take the engine's clock on the server's scale (lua/prelude.lua), so a
+scenario's virtual ``now`` is the time the server sees too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from trio_crawler._config import CrawlConfig
 from trio_crawler._events import Committing, Recorded
 from trio_crawler._frontier import FrontierLost, StoreRuntime
 from trio_crawler._state import CrawlState
 from trio_crawler._stats import FetchStatistic
+from trio_crawler._store_redis import RedisFrontier
 from trio_crawler._store_sqlite import StoredFrontier
 from trio_crawler._stores import open_store
 
 # The stores every core scenario runs on.
-STORES = ("memory", "sqlite")
+STORES = ("memory", "sqlite", "redis")
+
+T = TypeVar("T")
+_crawl_ids = itertools.count()
 
 # The time of day at the virtual clock's zero: what a store keeps as a wall-clock time.
 WALL_AT_ZERO = 1_800_000_000.0
@@ -44,13 +56,28 @@ def _lost(exc: FrontierLost) -> None:
 
 
 def make_core(
-    store: str, roots: list[str], directory: Path, **options: Any
+    store: str,
+    roots: list[str],
+    directory: Path,
+    *,
+    redis_url: str = "",
+    cleanup: contextlib.ExitStack | None = None,
+    **options: Any,
 ) -> tuple[CrawlState, list[FetchStatistic]]:
-    """A core over ``store`` for a crawl of ``roots``, and the list its records go to."""
+    """A core over ``store`` for a crawl of ``roots``, and the list its records go to.
+
+    A Redis store needs the server's URL, and ``cleanup`` to leave its session (and stop
+    its event loop) when the test ends.
+    """
     written: list[FetchStatistic] = []
     if store == "sqlite":
         path = directory / f"crawl-{len(list(directory.iterdir()))}.db"
         options = {"state": str(path), **options}
+    elif store == "redis":
+        # max_tasks sizes the leases the store takes ahead, for that many workers; a
+        # scenario asks for as many requests as it likes, as no engine would.
+        crawl_id = f"scenario-{next(_crawl_ids)}"
+        options = {"frontier": redis_url, "crawl_id": crawl_id, "max_tasks": 1000, **options}
     config = CrawlConfig.create(roots, **options)
     frontier = open_store(config)
     state = CrawlState(
@@ -62,6 +89,9 @@ def make_core(
     )
     if isinstance(frontier, StoredFrontier):
         _drive_by_hand(state, frontier, written)
+    elif isinstance(frontier, RedisFrontier):
+        assert cleanup is not None, "a Redis store needs cleanup"
+        _drive_through_portal(state, frontier, written, cleanup)
     return state, written
 
 
@@ -109,3 +139,81 @@ def _drive_by_hand(state: CrawlState, store: StoredFrontier, written: list[Fetch
     state.next_request = next_request_kept  # type: ignore[method-assign]
     state.attempt_finished = attempt_finished_kept  # type: ignore[method-assign]
     state.put_back = put_back_kept  # type: ignore[method-assign]
+
+
+async def _shielded(function: Callable[[], Awaitable[T]]) -> T:
+    with anyio.CancelScope(shield=True):
+        return await function()
+
+
+def _drive_through_portal(
+    state: CrawlState,
+    store: RedisFrontier,
+    written: list[FetchStatistic],
+    cleanup: contextlib.ExitStack,
+) -> None:
+    """Open the store's session in an event loop of its own, and around each step of the
+    core make the calls the engine shell would await: a flush (and a lease of work) before
+    a request is handed out, before_attempt() as an attempt starts, settle() when a URL
+    is done, a flush after anything else that changed the store."""
+    portal: BlockingPortal = cleanup.enter_context(start_blocking_portal(backend="trio"))
+    clock = [0.0]
+    runtime = StoreRuntime(
+        clock=lambda: clock[0],
+        wall_offset=WALL_AT_ZERO,
+        run_in_thread=_inline,
+        shielded=_shielded,
+        wake=lambda: None,
+        on_lost=_lost,
+        scheduling=lambda: not state.scheduling_stopped,
+        limit_counts=lambda: state.limit_counts,
+    )
+    cleanup.enter_context(portal.wrap_async_context_manager(store.session(runtime)))
+
+    def flush(*, starved: bool = False) -> None:
+        # The scenario's clock jumps where the renewing task's would tick: renew each time.
+        store.queue_renewal()
+        portal.call(lambda: store.flush(starved=starved))
+
+    next_request = state.next_request
+    attempt_started = state.attempt_started
+    attempt_finished = state.attempt_finished
+    put_back = state.put_back
+
+    def next_request_kept(*, now: float) -> Any:
+        clock[0] = max(clock[0], now)
+        flush(starved=True)  # what waits, and a lease of work
+        request = next_request(now=now)
+        flush()  # the records of URLs settled unfetched, robots.txt turned away
+        return request
+
+    def attempt_started_kept(request: Any, *, now: float) -> None:
+        clock[0] = max(clock[0], now)
+        attempt_started(request, now=now)
+        portal.call(store.before_attempt, request)
+
+    def attempt_finished_kept(request: Any, outcome: Any, *, now: float) -> Any:
+        clock[0] = max(clock[0], now)
+        result = attempt_finished(request, outcome, now=now)
+        made = len(written)
+        if isinstance(result, Committing):
+            portal.call(store.settle, request)
+            assert len(written) == made + 1, "the shared frontier made no record"
+            return Recorded(written[-1])
+        flush()
+        return result
+
+    def put_back_kept(request: Any) -> None:
+        put_back(request)
+        flush()
+
+    state.next_request = next_request_kept  # type: ignore[method-assign]
+    state.attempt_started = attempt_started_kept  # type: ignore[method-assign]
+    state.attempt_finished = attempt_finished_kept  # type: ignore[method-assign]
+    state.put_back = put_back_kept  # type: ignore[method-assign]
+    flush()  # the roots
+
+
+@contextlib.contextmanager
+def no_cleanup() -> Iterator[None]:
+    yield

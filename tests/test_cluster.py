@@ -308,7 +308,7 @@ async def test_damaged_entries_are_skipped_not_fatal(tmp_path: Path, redis: Redi
             async with coredis.Redis(port=redis.port, decode_responses=True) as client:
                 # The crawl as its first process creates it (robots.txt not obeyed).
                 create = client.register_script(CREATE)
-                args = [prefix, json.dumps([root]), "{}", "0", "0", "", "10", root, key]
+                args = [prefix, "", json.dumps([root]), "{}", "0", "0", "", "10", root, key]
                 assert (await create(keys=[prefix + "meta"], args=args))[0] == "created"
                 for entry in ("1 0 10 0 ftp://not-http/", "x y z", "1 0 10 0 " + key + "/p/1.html"):
                     url = entry.split(" ", 4)[-1]

@@ -102,7 +102,7 @@ async def test_script_invariants_hold_under_random_batches(tmp_path: Path) -> No
             root = POOL[0]
             answer = await create(
                 keys=[P + "meta"],
-                args=[P, json.dumps([root]), "{}", "1", "0", "2", "10", root, origin(root)],
+                args=[P, "", json.dumps([root]), "{}", "1", "0", "2", "10", root, origin(root)],
             )
             assert answer[0] == "created"
             seen = {root}
@@ -151,7 +151,7 @@ async def test_script_invariants_hold_under_random_batches(tmp_path: Path) -> No
                 if rng.random() < 0.7:
                     ops.append({"k": "lease", "n": rng.randint(1, 5)})
                 lease_for = "0" if rng.random() < 0.1 else "60"
-                raw = await step(keys=[P + "meta"], args=[P, owner, lease_for, json.dumps(ops)])
+                raw = await step(keys=[P + "meta"], args=[P, "", owner, lease_for, json.dumps(ops)])
                 answer = json.loads(raw)
                 state = await snapshot(client)
                 context = f"seed {SEED}, step {number}, owner {owner}, ops {ops}"
@@ -209,11 +209,11 @@ async def test_a_malformed_batch_writes_nothing_and_a_damaged_entry_is_counted_o
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
             create, step = client.register_script(CREATE), client.register_script(STEP)
             root, key = POOL[0], ORIGINS[0]
-            args = [P, json.dumps([root]), "{}", "0", "0", "", "10", root, key]
+            args = [P, "", json.dumps([root]), "{}", "0", "0", "", "10", root, key]
             assert (await create(keys=[P + "meta"], args=args))[0] == "created"
 
             async def call(ops: list[dict[str, Any]]) -> dict[str, Any]:
-                raw = await step(keys=[P + "meta"], args=[P, "o1", "60", json.dumps(ops)])
+                raw = await step(keys=[P + "meta"], args=[P, "", "o1", "60", json.dumps(ops)])
                 answer: dict[str, Any] = json.loads(raw)
                 return answer
 

@@ -13,11 +13,14 @@ limits; test_manners.py shows the same rules on the wire, on every engine.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from redis_server import RedisServer, running_redis
 from stores import STORES, make_core
 
 from trio_crawler._config import MAX_HOST_DELAY
@@ -45,23 +48,55 @@ REFUSED = FetchError(error="ConnectError: refused", retryable=True)
 
 
 # Every scenario runs on every store (tests/stores.py): the store the running test is
-# parametrised with, and a directory for its files.
-_store: tuple[str, Path] = ("memory", Path())
+# parametrised with, a directory for its files, the Redis server, and what to close.
+_store: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+# The scenarios whose order across origins the shared frontier does not keep. Its server
+# hands out the origins that may start now by when they could start, then by name, not in
+# the order their URLs were found (docs/design.md, "Redis"): within an origin the order is
+# the same, and so is every count, record and wait. They run on it, expected to fail.
+ORDER_ACROSS_ORIGINS = {
+    "test_roots_are_queued_in_order_without_repeats",
+    "test_an_origin_is_scheme_host_and_port[redis-roots0-robots_urls0]",
+    "test_a_new_origin_found_later_gets_robots_txt_first",
+    "test_a_host_waiting_out_its_delay_does_not_hold_back_others",
+    "test_roots_go_out_in_the_order_given_across_origins",
+}
 
 
 @pytest.fixture(autouse=True, params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    global _store
-    _store = (request.param, tmp_path)
-    yield request.param
-    _store = ("memory", Path())
+    named = {request.function.__name__, request.node.name}
+    if request.param == "redis" and named & ORDER_ACROSS_ORIGINS:
+        reason = "the shared frontier's order across origins is not discovery order"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    with contextlib.ExitStack() as cleanup:
+        redis_url = ""
+        if request.param == "redis":
+            redis_url = request.getfixturevalue("redis_server").url()
+        _store.update(kind=request.param, directory=tmp_path, url=redis_url, cleanup=cleanup)
+        yield request.param
+    _store.clear()
 
 
-def make_state(*roots: str, **options: object) -> tuple[CrawlState, list[FetchStatistic]]:
+def make_state(*roots: str, **options: Any) -> tuple[CrawlState, list[FetchStatistic]]:
     """A crawl of ``roots`` (ROOT if none) with robots.txt obeyed unless told otherwise,
     on the store the test runs on."""
-    kind, directory = _store
-    return make_core(kind, list(roots or [ROOT]), directory, **options)
+    return make_core(
+        _store["kind"],
+        list(roots or [ROOT]),
+        _store["directory"],
+        redis_url=_store["url"],
+        cleanup=_store["cleanup"],
+        **options,
+    )
 
 
 def take(state: CrawlState, now: float = 0.0) -> FetchRequest:

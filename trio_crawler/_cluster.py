@@ -176,7 +176,7 @@ async def read_status(url: str, crawl_id: str) -> SharedCounts:
     try:
         async with redis_client(url) as client:
             answer = await client.register_script(STATUS)(
-                keys=[prefix_of(crawl_id) + "meta"], args=[prefix_of(crawl_id)]
+                keys=[prefix_of(crawl_id) + "meta"], args=[prefix_of(crawl_id), ""]
             )
     except BaseException as exc:
         refused = refusal(exc, where)

@@ -66,7 +66,7 @@ from ._cluster import (
     redis_client,
     refusal,
 )
-from ._cluster_scripts import CREATE, STATUS, STEP
+from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
 from ._config import redacted
 from ._events import FetchRequest, RobotsRequest
 from ._frontier import (
@@ -93,7 +93,19 @@ if TYPE_CHECKING:
 
 LOGGER = logging.getLogger("trio_crawler")
 
+
+def _seconds(answer: object) -> float:
+    """A wait the server answered, rounded to its clock's microseconds; inf for none."""
+    if isinstance(answer, int | float) and answer >= 0:
+        return round(float(answer), 6)
+    return math.inf
+
+
 Operation = dict[str, Any]
+# The operations after which work may be ready that was not: links queued, robots.txt
+# settled (its origin's pages), requests given back, a URL done or started (a slot under
+# --max-per-host, or the start an origin with a delay waits for). Only a renewal is not.
+_MAKES_WORK = frozenset({"add", "seen", "robots", "back", "rback", "done", "drop", "started"})
 # A completion waiting for its links to be added: with its callback, and where its
 # operations are in the call that carries them.
 _Waiting = tuple[Completion, "Callable[[Completion, Settled], object]", int, int]
@@ -144,6 +156,7 @@ class RedisFrontier:
         self._held: dict[str, FetchRequest | None] = {}
         self._robots_tickets: deque[str] = deque()
         self._delays: dict[str, float] = {}
+        self._base_delay = config.delay  # the crawl's, as the server keeps it (_join)
         self._starting: set[str] = set()
         # The server's answer: the shared counts, and when to ask again if it had nothing.
         self.shared = SharedCounts(1, 0, 0, 0, False, 0)  # unknown until the crawl is joined
@@ -153,6 +166,8 @@ class RedisFrontier:
         # When the server stopped answering (on the engine's clock), while calls retry; and
         # whether self.shared is older than the end of this process's part (its report says).
         self._away_since: float | None = None
+        # The number of the last step call answered that asked for a lease (see _listen).
+        self._last_call = 0
         self.counts_stale = False
 
     # -- counts: the window, and the rest of the shared crawl ------------------------------
@@ -166,12 +181,15 @@ class RedisFrontier:
     def queued(self) -> int:
         """Queued here and on the server, and leased by other processes: all the work this
         process does not hold (so a stopped process is finished once its own is done)."""
+        # A robots.txt leased ahead and not handed out yet counts nowhere, as in memory
+        # (its origin's pages are queued on the server).
+        window = self.scheduler.queued
         if self.shared.finished:
-            return self.scheduler.queued
+            return window
         others = max(0, self.shared.leased - len(self._held))
         if self._closed:
             return self.shared.queued + self.shared.leased
-        return self.scheduler.queued + self.shared.queued + others
+        return window + self.shared.queued + others
 
     @property
     def in_flight_count(self) -> int:
@@ -180,7 +198,6 @@ class RedisFrontier:
             return 0
         return (
             self.scheduler.in_flight_count
-            + len(self._robots_tickets)
             + len(self._waiting)
             + len(self._dones)
             + len(self._ops)
@@ -207,6 +224,9 @@ class RedisFrontier:
         self._waiting.append((completion, then))
         if completion.leased and completion.request is not None:
             self._unsettled.add(completion.request.url)
+        for offer in completion.offers:
+            if offer.queue:
+                self._seen.update(offer.urls)  # seen by the crawl, once this is applied
 
     def take(self, *, now: float, start_new: bool) -> Taken | None:
         if self._robots_tickets:
@@ -221,7 +241,7 @@ class RedisFrontier:
 
     def started(self, request: FetchRequest, *, now: float) -> None:
         self.scheduler.started(request, now=now)
-        if not request.robots and self._delays.get(origin_of(request.url), 0.0) > 0:
+        if not request.robots and self._delay_of(origin_of(request.url)) > 0:
             self._ops.append({"k": "started", "u": request.url})
             self._starting.add(request.url)
 
@@ -237,7 +257,7 @@ class RedisFrontier:
 
     def retry(self, request: FetchRequest) -> bool:
         """A retry waits its turn on a host with a delay; elsewhere it is made at once."""
-        if request.robots or self._delays.get(origin_of(request.url), 0.0) <= 0:
+        if request.robots or self._delay_of(origin_of(request.url)) <= 0:
             return self.scheduler.retry(request)
         self._back(request, wait=0.0)
         return False
@@ -246,20 +266,21 @@ class RedisFrontier:
         if request.robots:
             self.scheduler.retry_later(request, not_before=not_before)
             return
+        # The server holds the origin for every process; the window holds what it has
+        # of the origin already leased.
         self._back(request, wait=max(0.0, not_before - now))
+        self.scheduler.hold_origin(origin_of(request.url), not_before=not_before)
 
     def is_leased(self, request: FetchRequest) -> bool:
         return self.scheduler.is_leased(request)
 
     def give_back(self, request: FetchRequest) -> None:
+        """A request handed out and never attempted goes back to the front of the window,
+        its lease still held (and renewed): it goes out next, as in memory. The server
+        gets back what the window still holds when the session ends."""
+        self.scheduler.give_back(request)
         if isinstance(request, RobotsRequest):
-            self.scheduler.give_back(request)
-            self._held.pop("r " + request.origin, None)
-            self._ops.append({"k": "rback", "o": request.origin})
-            return
-        if not self.scheduler.holds(request.url):
-            raise RuntimeError(f"{request.url} is not in flight; it cannot be put back")
-        self._back(request, wait=0.0)
+            self._robots_tickets.appendleft(request.origin)
 
     def robots_settled(
         self,
@@ -399,8 +420,15 @@ class RedisFrontier:
                     ops.append({"k": "add", "o": "", "u": urls, "q": False, "od": offer.over_depth})
                     continue
                 by_origin: dict[str, list[str]] = {}
+                turned_away: list[str] = []
+                turns_away = self.scheduler.turns_away
                 for url in offer.urls:
-                    by_origin.setdefault(origin_of(url), []).append(url)
+                    if turns_away(url):  # by rules this process knows, as memory does
+                        turned_away.append(url)
+                    else:
+                        by_origin.setdefault(origin_of(url), []).append(url)
+                if turned_away:
+                    ops.append({"k": "seen", "u": turned_away})
                 for key, urls in by_origin.items():
                     ops.append(
                         {
@@ -416,6 +444,10 @@ class RedisFrontier:
                     )
             waiting.append((completion, then, first, len(ops)))
         self._waiting = []
+        if any(op["k"] in _MAKES_WORK for op in ops):
+            # This call itself may make work ready (before the lease it carries, which
+            # the script applies last): no need to wait for the server's "work" message.
+            self._idle_until = None
         want = self._want() if lease else 0
         if want > 0:
             ops.append({"k": "lease", "n": want})
@@ -434,7 +466,13 @@ class RedisFrontier:
                 raw = await run(
                     lambda: self._step(
                         keys=[self.prefix + "meta"],
-                        args=[self.prefix, self.owner, str(self.lease), payload],
+                        args=[
+                            self.prefix,
+                            self._server_clock(),
+                            self.owner,
+                            str(self.lease),
+                            payload,
+                        ],
                     )
                 )
                 answer = json.loads(raw)
@@ -509,13 +547,24 @@ class RedisFrontier:
             elif op["k"] == "done":
                 self._unsettled.discard(op["u"])
         for completion, then, first, last in waiting:
-            new = beyond = 0
+            new = beyond = disallowed = 0
             for op, result in zip(ops[first:last], results[first:last], strict=True):
+                if op["k"] == "seen":  # the new ones robots.txt turned away, by URL
+                    turned = (
+                        [url for url in result if isinstance(url, str)]
+                        if isinstance(result, list)
+                        else []
+                    )
+                    for url in turned:
+                        LOGGER.info("robots.txt disallows %s", url)
+                    new += len(turned)
+                    disallowed += len(turned)
+                    continue
                 count = result if isinstance(result, int) and result > 0 else 0
                 new += count
                 if not op["q"] and op["od"]:
                     beyond += count
-            settled = Settled(new=new, beyond=beyond)
+            settled = Settled(new=new, disallowed=disallowed, beyond=beyond)
             request = completion.request
             if completion.leased:
                 assert request is not None
@@ -535,15 +584,22 @@ class RedisFrontier:
                 self._dones.append(done)
         if answer is None:
             return
+        number = answer.get("n")
+        if isinstance(number, int) and ops and ops[-1]["k"] == "lease":
+            self._last_call = max(self._last_call, number)
         leased = answer.get("l")
         await self._take_leased(leased if isinstance(leased, list) else [])
-        wait = answer.get("w")
         if isinstance(leased, list) and leased:
             self._idle_until = None
         elif ops and ops[-1]["k"] == "lease":
-            seconds = float(wait) if isinstance(wait, int | float) and wait >= 0 else math.inf
-            # Woken by a "work" message before then; never later than a lease period.
-            self._idle_until = self._now() + min(seconds + 0.01, self.lease)
+            # Woken by a "work" message before then. The server's clock is this engine's
+            # (see _read_server_clock), to the microsecond of its TIME.
+            seconds = _seconds(answer.get("w"))
+            if self.shared.leased > len(self._held):  # another process's may run out
+                seconds = min(seconds, _seconds(answer.get("x")), self.lease)
+            # Nothing to wait for (inf): no lease is asked for until something changes
+            # (a "work" message, or a change of this process's own, see _MAKES_WORK).
+            self._idle_until = self._now() + seconds
 
     async def _take_leased(self, leased: list[Any]) -> None:
         """Queue what the server leased to this process in the window."""
@@ -643,9 +699,33 @@ class RedisFrontier:
             f"{' (last known)' if self.counts_stale else ''}"
         ]
 
+    def _delay_of(self, key: str) -> float:
+        """Origin ``key``'s delay, as the server keeps it: its Crawl-delay, or the
+        crawl's ``--delay``."""
+        return self._delays.get(key, self._base_delay)
+
     def _now(self) -> float:
         assert self._runtime is not None, "used outside a session"
         return self._runtime.clock()
+
+    async def _read_server_clock(self) -> None:
+        """Set the runtime's wall-clock offset to the server's clock, read once as the
+        session opens: every process of the crawl then sends the scripts its engine's
+        clock on the server's scale (see lua/prelude.lua), whatever its machine's clock
+        says. The reading is taken halfway through the round trip that brought it."""
+        assert self._runtime is not None
+        read_clock = self._client.register_script(CLOCK)
+        await read_clock(keys=[], args=[])  # loaded before the round trip that counts
+        before = self._runtime.clock()
+        seconds, microseconds = await read_clock(keys=[], args=[])
+        after = self._runtime.clock()
+        offset = int(seconds) + int(microseconds) / 1e6 - (before + after) / 2
+        self._runtime = dataclasses.replace(self._runtime, wall_offset=offset)
+
+    def _server_clock(self) -> str:
+        """Now, on the server's clock, as a script's clock argument."""
+        assert self._runtime is not None
+        return repr(self._runtime.wall_time(self._now()))
 
     def _wake_dispatcher(self) -> None:
         if self._runtime is not None:
@@ -670,6 +750,8 @@ class RedisFrontier:
                 self._client = client
                 self._step = client.register_script(STEP)
                 self._status = client.register_script(STATUS)
+                with anyio.fail_after(CONNECT_TIMEOUT + ANSWER_TIMEOUT):
+                    await self._read_server_clock()
                 await self._join()
                 async with anyio.create_task_group() as tasks:
                     await tasks.start(self._listen)
@@ -699,6 +781,7 @@ class RedisFrontier:
         }
         args = [
             self.prefix,
+            self._server_clock(),
             roots if config.roots else "[]",
             json.dumps(options, sort_keys=True),
             "1" if config.obey_robots else "0",
@@ -739,6 +822,12 @@ class RedisFrontier:
         except (ValueError, TypeError):
             raise ClusterError(f"{self.where} answered nonsense to joining the crawl") from None
         self._joined = True
+        # The crawl's delay is its creator's: a joiner's own --delay is not the server's.
+        delay = await self._client.hget(self.prefix + "meta", "delay")
+        try:
+            self._base_delay = max(0.0, float(delay)) if delay is not None else 0.0
+        except ValueError:
+            self._base_delay = 0.0
         LOGGER.info(
             "%s crawl %r on %s as %s",
             "started" if outcome == "created" else "joined",
@@ -761,7 +850,12 @@ class RedisFrontier:
                         self.shared = dataclasses.replace(
                             self.shared, queued=0, leased=0, finished=True
                         )
-                    elif data == "work":
+                    elif isinstance(data, str) and data.startswith("work"):
+                        # A lease of this process's, answered after the call that made
+                        # the work, already took what there was: that message is stale.
+                        number = data.removeprefix("work").strip()
+                        if number.isdigit() and int(number) <= self._last_call:
+                            continue
                         self._idle_until = None
                     else:
                         continue
@@ -771,13 +865,20 @@ class RedisFrontier:
                 # process still wakes at least once a lease period.
                 LOGGER.warning("shared frontier %s: stopped listening: %s", self.where, reason(exc))
 
+    def queue_renewal(self) -> bool:
+        """Have the next call renew every lease this process holds; say whether there
+        was any (for the renewing task, and for a caller that drives the clock itself)."""
+        held = list(self._held)
+        if not held or self.lost is not None:
+            return False
+        self._ops.append({"k": "renew", "u": held})
+        return True
+
     async def _renew(self, on_lost: Callable[[FrontierLost], None]) -> None:
         """Renew this process's leases every third of a lease."""
         while True:
             await anyio.sleep(self.lease / 3)
-            held = list(self._held)
-            if held and self.lost is None:
-                self._ops.append({"k": "renew", "u": held})
+            if self.queue_renewal():
                 try:
                     await self.sync()
                 except FrontierLost as exc:
@@ -792,7 +893,9 @@ class RedisFrontier:
             return
         failures: tuple[type[BaseException], ...] = (*lost_errors(), ValueError, TypeError)
         try:
-            answer = await self._status(keys=[self.prefix + "meta"], args=[self.prefix])
+            answer = await self._status(
+                keys=[self.prefix + "meta"], args=[self.prefix, self._server_clock()]
+            )
             self.shared = SharedCounts.from_answer(answer)
         except failures as exc:
             self.counts_stale = True

@@ -2,13 +2,14 @@
 --
 -- KEYS[1]   P .. 'meta' (for routing only; see prelude.lua)
 -- ARGV[1]   P, the crawl's key prefix
--- ARGV[2]   the roots (JSON list), or '[]' to join a crawl without giving them
--- ARGV[3]   the crawl's options (JSON object), stored for the processes that join
--- ARGV[4]   obey robots.txt: '1' or '0'
--- ARGV[5]   the delay between two requests to one origin, in seconds
--- ARGV[6]   the most concurrent requests to one origin, or '' for no limit
--- ARGV[7]   the most redirects a chain may follow
--- ARGV[8..] the roots one by one, each followed by its origin: URL, ORIGIN, ...
+-- ARGV[2]   the clock (see prelude.lua)
+-- ARGV[3]   the roots (JSON list), or '[]' to join a crawl without giving them
+-- ARGV[4]   the crawl's options (JSON object), stored for the processes that join
+-- ARGV[5]   obey robots.txt: '1' or '0'
+-- ARGV[6]   the delay between two requests to one origin, in seconds
+-- ARGV[7]   the most concurrent requests to one origin, or '' for no limit
+-- ARGV[8]   the most redirects a chain may follow
+-- ARGV[9..] the roots one by one, each followed by its origin: URL, ORIGIN, ...
 -- Returns   {outcome, the stored roots (JSON) or '', counts}, the outcome one of
 --             'created'   there was no crawl: this call made it and queued the roots;
 --             'joined'    the crawl exists, with these roots (or none were given);
@@ -25,20 +26,20 @@ local exists = redis.call('EXISTS', META) == 1
 if exists then
   local m = redis.call('HMGET', META, 'v', 'roots')
   if m[1] ~= '1' then return {'foreign', '', counts()} end
-  if ARGV[2] ~= '[]' and ARGV[2] ~= m[2] then return {'mismatch', m[2], counts()} end
+  if ARGV[3] ~= '[]' and ARGV[3] ~= m[2] then return {'mismatch', m[2], counts()} end
   return {'joined', m[2], counts()}
 end
-if ARGV[2] == '[]' then return {'none', '', {0, 0, 0, 0, 0, 0}} end
-redis.call('HSET', META, 'v', '1', 'roots', ARGV[2], 'options', ARGV[3], 'obey', ARGV[4],
-  'delay', ARGV[5], 'mph', ARGV[6], 'redirects', ARGV[7],
+if ARGV[3] == '[]' then return {'none', '', {0, 0, 0, 0, 0, 0}} end
+redis.call('HSET', META, 'v', '1', 'roots', ARGV[3], 'options', ARGV[4], 'obey', ARGV[5],
+  'delay', ARGV[6], 'mph', ARGV[7], 'redirects', ARGV[8],
   'queued', 0, 'leased', 0, 'done', 0, 'failed', 0, 'fin', '0', 'created', now)
 -- The prelude read the settings before they existed: read them again.
 obey, base_delay, mph = settings()
-for i = 8, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   local url, o = ARGV[i], ARGV[i + 1]
   if redis.call('HSETNX', URLS, url, 'q') == 1 then
     origin_new(o)
-    push_entries(o, {'1 0 ' .. ARGV[7] .. ' 0 ' .. url}, false)
+    push_entries(o, {'1 0 ' .. ARGV[8] .. ' 0 ' .. url}, false)
   end
 end
-return {'created', ARGV[2], counts()}
+return {'created', ARGV[3], counts()}

@@ -6,7 +6,9 @@
 --          Cluster routes the call to the node holding the crawl; every key is
 --          made from P below, and all of them share one hash slot.
 -- ARGV[1]  P, the crawl's key prefix, 'trio-crawler:{ID}:' (the braces keep one
---          crawl's keys in one hash slot). The body reads ARGV[2] and on.
+--          crawl's keys in one hash slot).
+-- ARGV[2]  the clock: the caller's reading of the server's time, in seconds, or ''
+--          to read the server's TIME here. The body reads ARGV[3] and on.
 -- Returns  nothing: it defines, for the body, the clock (now), the key names,
 --          the crawl's settings (obey, base_delay, mph) and the helpers below.
 -- Keeps    the helpers are the only code that changes a count, and each changes
@@ -42,16 +44,23 @@
 --   P held        hash     lease -> "OWNER\nORIGIN\nENTRY"
 --   P idle        set      processes that found nothing to lease; told when work
 --                          comes
---   P events      channel  "work", "finished"
+--   P events      channel  "work N" (N: the step call that made work ready),
+--                          "finished"
 --
--- Time is the server's (TIME): leases and per-host delays are compared across
--- machines whose clocks differ, and the server's clock is the one they share.
--- A script that reads TIME and then writes needs Redis 5 or later, which
--- replicates scripts by their effects.
+-- Time is the server's: leases and per-host delays are compared across machines
+-- whose clocks differ, and the server's clock is the one they share. A process
+-- reads the server's TIME once, as it joins, and from then on sends its engine's
+-- clock on that scale (ARGV[2]); so the scripts take time as an input, and a test
+-- can step a shared crawl on a virtual clock. '' reads TIME here instead (the
+-- --status command, which has no engine). A script that reads TIME and then
+-- writes needs Redis 5 or later, which replicates scripts by their effects.
 
 local P = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = tonumber(ARGV[2])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
 local META = P .. 'meta'
 local URLS = P .. 'urls'
 local READY = P .. 'ready'
@@ -60,6 +69,9 @@ local HELD = P .. 'held'
 local IDLE = P .. 'idle'
 local EVENTS = P .. 'events'
 local woke = false
+-- The number of the step call running (set by step.lua), sent with "work" so that a
+-- process can tell a message its own later call already answered for.
+local this_call = 0
 
 local function okey(o) return P .. 'o:' .. o end
 local function qkey(o) return P .. 'q:' .. o end
@@ -157,7 +169,7 @@ local function finish_check()
   end
   if woke and redis.call('SCARD', IDLE) > 0 then
     redis.call('DEL', IDLE)
-    redis.call('PUBLISH', EVENTS, 'work')
+    redis.call('PUBLISH', EVENTS, 'work ' .. this_call)
   end
 end
 

@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  P .. 'meta' (for routing only; see prelude.lua)
 -- ARGV[1]  P, the crawl's key prefix
+-- ARGV[2]  the clock (see prelude.lua)
 -- Returns  the counts, as in prelude.lua's counts():
 --          {queued, leased, done, failed, finished (1/0), seen};
 --          {} when the prefix holds no crawl of this layout.

@@ -4,14 +4,16 @@
 --
 -- KEYS[1]  P .. 'meta' (for routing only; see prelude.lua)
 -- ARGV[1]  P, the crawl's key prefix
--- ARGV[2]  the caller (owner): the name its leases are held under
--- ARGV[3]  lease seconds: a lease taken or renewed here runs out that long from now
--- ARGV[4]  the operations (JSON list), applied in order; each is an object whose
+-- ARGV[2]  the clock (see prelude.lua)
+-- ARGV[3]  the caller (owner): the name its leases are held under
+-- ARGV[4]  lease seconds: a lease taken or renewed here runs out that long from now
+-- ARGV[5]  the operations (JSON list), applied in order; each is an object whose
 --          "k" is its kind, and whose result is:
 --   add     o (origin), u (URLs), d, r, s (depth, redirects, sitemap),
 --           f (first: to the head of the queue), q (queue them)
 --           -> how many were new (with q false: how many are unseen; nothing is
 --              written)
+--   seen    u (URLs robots.txt turns away): seen, not queued -> the new ones (a list)
 --   done    u, o, rec (1: it has a record), x (1: a failure; absent: 0)
 --           -> 1 if it was queued or leased (now done), 0 if done already or unseen
 --   drop    u, o: leaves without a record (robots.txt forbids it, or it was
@@ -29,8 +31,10 @@
 -- Returns  JSON: {"r": the results, in the operations' order,
 --                 "l": what was leased, ["p", entry] | ["r", origin],
 --                 "c": the counts, as in prelude.lua's counts(),
---                 "w": seconds until something may be leased (-1: nothing waits;
---                      computed only when nothing was leased)};
+--                 "w": seconds until an origin's delay ends (-1: none waits),
+--                 "x": seconds until a lease runs out (-1: none is held);
+--                      both computed only when nothing was leased,
+--                 "n": this call's number (see "work" in prelude.lua)};
 --          {"gone": 1} when the prefix holds no crawl of this layout;
 --          {"bad": i} when operation i (from 1; 0: the list itself) is not one
 --          of the above, fields and their types included: then nothing at all
@@ -46,9 +50,9 @@
 --          stays final; the call that brings pending to zero marks the crawl
 --          finished and publishes 'finished' (finish_check, below).
 
-local owner = ARGV[2]
-local lease_for = tonumber(ARGV[3])
-local ops = cjson.decode(ARGV[4])
+local owner = ARGV[3]
+local lease_for = tonumber(ARGV[4])
+local ops = cjson.decode(ARGV[5])
 
 -- Every operation is checked before the first write. Redis undoes nothing: a
 -- Lua error half-way through would leave the batch half applied (a lease ended
@@ -71,6 +75,7 @@ local SHAPES = {
     return text(op.o) and texts(op.u) and flag(op.q)
       and (not op.q or (number(op.d) and number(op.r) and number(op.s) and flag(op.f)))
   end,
+  seen = function(op) return texts(op.u) end,
   done = function(op) return text(op.u) and text(op.o) and number(op.rec) and maybe(number, op.x) end,
   drop = function(op) return text(op.u) and text(op.o) end,
   back = function(op) return text(op.u) and entry(op.e) and maybe(number, op.w) end,
@@ -90,6 +95,7 @@ for i, op in ipairs(ops) do
 end
 
 if redis.call('HGET', META, 'v') ~= '1' then return cjson.encode({gone = 1}) end
+this_call = redis.call('HINCRBY', META, 'calls', 1)
 local fin = redis.call('HGET', META, 'fin') == '1'
 local results = {}
 local leased = {}
@@ -189,6 +195,14 @@ for i, op in ipairs(ops) do
         if redis.call('HEXISTS', URLS, url) == 0 then result = result + 1 end
       end
     end
+  elseif k == 'seen' then
+    -- Links the caller's known robots.txt rules turn away: seen for good, never
+    -- queued (state d, and no record, as for drop).
+    local new = {}
+    for _, url in ipairs(op.u) do
+      if redis.call('HSETNX', URLS, url, 'd') == 1 then new[#new + 1] = url end
+    end
+    result = new
   elseif k == 'done' or k == 'drop' then
     local st = redis.call('HGET', URLS, op.u)
     if st == 'l' then
@@ -265,16 +279,14 @@ for i, op in ipairs(ops) do
 end
 
 finish_check()
--- Nothing leased: how long until an origin's delay ends or a lease runs out,
--- whichever is first, so that the caller knows when to ask again.
-local wait = -1
+-- Nothing leased: how long until an origin's delay ends, and until a lease runs
+-- out, so that the caller knows when to ask again (a lease of its own never
+-- runs out while it renews it: it need not wake for that one).
+local wait, expiry = -1, -1
 if #leased == 0 then
   local first = redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
   if first[2] then wait = math.max(0, tonumber(first[2]) - now) end
   local soon = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
-  if soon[2] then
-    local expiry = math.max(0, tonumber(soon[2]) - now)
-    if wait < 0 or expiry < wait then wait = expiry end
-  end
+  if soon[2] then expiry = math.max(0, tonumber(soon[2]) - now) end
 end
-return cjson.encode({r = results, l = leased, c = counts(), w = wait})
+return cjson.encode({r = results, l = leased, c = counts(), w = wait, x = expiry, n = this_call})

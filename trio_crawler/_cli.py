@@ -34,7 +34,15 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._cli_args import ENGINES, PROG, AnyCrawler, CommandLine, UsageError, parse_args
+from ._cli_args import (
+    ENGINES,
+    PROG,
+    AnyCrawler,
+    CommandLine,
+    UsageError,
+    for_the_command_line,
+    parse_args,
+)
 from ._config import ConfigError
 from ._output import OutputFiles
 from ._report import format_report
@@ -139,7 +147,7 @@ def _print_status(options: CommandLine) -> int:
     try:
         counts = anyio.run(read_status, crawl.frontier, crawl.crawl_id, backend="trio")
     except ClusterError as exc:
-        print(f"{PROG}: error: --{exc}", file=sys.stderr)
+        print(f"{PROG}: error: {for_the_command_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     print(counts.lines(), end="")
     return EXIT_OK
@@ -239,7 +247,7 @@ class CrawlRun:
                 with _signals_held() as held:
                     print(_report(self.crawler), end="", file=report_stream, flush=True)
         if self.unusable_state is not None:  # nothing ran, nothing in the file changed
-            print(f"{PROG}: error: --{self.unusable_state}", file=sys.stderr)
+            print(f"{PROG}: error: {for_the_command_line(self.unusable_state)}", file=sys.stderr)
             return EXIT_USAGE
         # Here the crawl returned (a crawl that raised is not here), so the crawler was made,
         # unless a signal came while the process waited for the shared crawl to be created.

@@ -302,7 +302,7 @@ def parse_args(argv: Sequence[str] | None) -> CommandLine:
         command_line = CommandLine(roots=roots, crawl=crawl, **_given(CommandLine, namespace))
         choose_http_library()
     except ConfigError as exc:
-        raise UsageError(_for_the_command_line(exc)) from None
+        raise UsageError(for_the_command_line(exc)) from None
     return command_line
 
 
@@ -326,6 +326,16 @@ def _check_what_to_crawl(namespace: argparse.Namespace, roots: tuple[str, ...]) 
         raise UsageError("no ROOT given: name a URL to crawl (or use --demo)")
     elif namespace.demo and namespace.frontier:
         raise UsageError("--demo crawls a site served by this process; it cannot be shared")
+    if namespace.frontier is None:
+        # Without --frontier they would be accepted and mean nothing, as --status would.
+        if namespace.crawl_id is not None:
+            raise UsageError(
+                f"--crawl-id {namespace.crawl_id!r} names a shared crawl: it needs --frontier"
+            )
+        if namespace.lease is not None:
+            raise UsageError(
+                f"--lease {namespace.lease!r} is for a shared crawl: it needs --frontier"
+            )
 
 
 def _given(owner: type[Any], namespace: argparse.Namespace) -> dict[str, Any]:
@@ -353,11 +363,22 @@ def _number(text: str, flag: str, kind: type[Any]) -> object:
         raise UsageError(f"{flag} must be {what}, not {text!r}") from None
 
 
-def _for_the_command_line(error: ConfigError) -> str:
-    """A ConfigError's message with the option spelt as on the command line."""
+def for_the_command_line(error: ConfigError) -> str:
+    """A ConfigError's message with the options it names spelt as on the command line:
+    ``--recrawl needs --state`` for the API's ``recrawl needs state``."""
+    problem = error.problem_as(_flag)
     if error.option == "roots":
-        return f"ROOT {error.problem}"
+        return f"ROOT {problem}"
+    flag = _flag(error.option)
+    if flag == error.option:
+        return str(error)  # not an option (TRIO_CRAWLER_HTTP): it names itself
+    return f"{flag} {problem}"
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of the option ``name`` (``max_tasks`` -> ``--max-tasks``);
+    ``name`` itself for what is no option."""
     for _, declared, spec in _declarations():
-        if declared.name == error.option:
-            return f"{(spec.flags or spec.off_flags)[0]} {error.problem}"
-    return str(error)  # not an option (TRIO_CRAWLER_HTTP): it names itself
+        if declared.name == name:
+            return (spec.flags or spec.off_flags)[0]
+    return name

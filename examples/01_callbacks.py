@@ -28,12 +28,12 @@ per URL, then ``<N> urls fetched``.
 
 from __future__ import annotations
 
+from _demo import demo_root, parse_response  # first: it explains a missing dependency
+
 import socket
 from contextlib import suppress
 from selectors import EVENT_READ, EVENT_WRITE, DefaultSelector, SelectorKey
 from urllib.parse import urlsplit
-
-from _demo import demo_root, parse_response
 
 # The characters left as they are when a URL is percent-encoded (RFC 3986 reserved and
 # unreserved, plus "%" so an already-encoded URL is not encoded twice).

@@ -16,14 +16,14 @@ demo site itself). It prints ``fetched <url> <status>`` per URL, then ``<N> urls
 
 from __future__ import annotations
 
+from _demo import demo_root, parse_response  # first: it explains a missing dependency
+
 import socket
 from collections.abc import Callable, Generator
 from contextlib import suppress
 from selectors import EVENT_READ, EVENT_WRITE, DefaultSelector
 from typing import Any
 from urllib.parse import urlsplit
-
-from _demo import demo_root, parse_response
 
 selector = DefaultSelector()
 urls_todo: set[str] = set()

@@ -21,10 +21,11 @@ number of redirects and errors (error statuses and network failures).
 
 from __future__ import annotations
 
+from _demo import demo_root  # first: it explains a missing dependency
+
 import sys
 
 import trio
-from _demo import demo_root
 
 import trio_crawler
 from trio_crawler import FetchStatistic

@@ -20,11 +20,12 @@ fetched`` with the number of redirects and errors.
 
 from __future__ import annotations
 
+from _demo import demo_root  # first: it explains a missing dependency
+
 import argparse
 import sys
 
 import anyio
-from _demo import demo_root
 
 from trio_crawler import FetchStatistic
 from trio_crawler.engine_anyio import Crawler

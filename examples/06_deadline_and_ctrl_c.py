@@ -34,6 +34,8 @@ deadline hit, crawl it with one worker and a short deadline (``--max-tasks 1 --m
 
 from __future__ import annotations
 
+from _demo import demo_root  # first: it explains a missing dependency
+
 import argparse
 import functools
 import signal
@@ -41,7 +43,6 @@ import sys
 from collections.abc import AsyncIterator
 
 import trio
-from _demo import demo_root
 
 from trio_crawler import Crawler, FetchStatistic
 from trio_crawler._report import format_report

@@ -5,8 +5,10 @@ hostile_server.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import venv
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -127,14 +129,30 @@ def read_records(path: Path, context: object = "") -> list[dict[str, object]]:
     return records
 
 
-async def run_example(script: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+async def run_example(
+    script: str, *args: str, python: str | Path = sys.executable
+) -> subprocess.CompletedProcess[bytes]:
     """Run ``examples/``'s ``script`` (a path from the repository's root) with ``args`` to
-    its end, bounded by :data:`HANG_LIMIT`; its output captured, its status not checked."""
+    its end, bounded by :data:`HANG_LIMIT`; its output captured, its status not checked.
+    ``python`` runs it: this test run's interpreter unless given (another one runs without
+    this run's PYTHONPATH, which could lend it packages)."""
+    environment = None
+    if python != sys.executable:
+        environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     with trio.fail_after(HANG_LIMIT):
         return await trio.run_process(
-            [sys.executable, script, *args],
+            [str(python), script, *args],
             cwd=REPO,
+            env=environment,
             capture_stdout=True,
             capture_stderr=True,
             check=False,
         )
+
+
+def bare_python(directory: Path) -> Path:
+    """A Python without trio_crawler's dependencies, as in a fresh shell: a virtual
+    environment made in ``directory`` from this one's base interpreter, without pip and
+    without the system's packages (symlinks: it takes milliseconds)."""
+    venv.create(directory, with_pip=False, symlinks=True)
+    return directory / "bin" / "python"

@@ -61,6 +61,47 @@ async def test_verbose_logs_info_to_stderr() -> None:
     assert "*** Report ***" in result.stdout.decode()
 
 
+@pytest.mark.trio
+async def test_very_verbose_logs_one_line_per_request_attempt() -> None:
+    """-vv: a DEBUG line for every attempt, robots.txt and retries included, with its answer
+    and time; -v: the crawler's decisions only, none of those lines."""
+    routes = {
+        "/": Reply.html('<a href="/a">a</a> <a href="/moved">m</a> <a href="/gone">g</a>'),
+        "/a": Reply.html("a page"),
+        "/moved": Reply.redirect("/a"),
+    }
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server(routes) as server:
+            server.drop_first("/a", 1)
+            debug = await run_cli("-vv", "--no-progress", server.url())
+            attempts = list(server.requests)
+            info = await run_cli("-v", "--no-progress", server.url())
+    assert debug.returncode == 0, debug.stderr
+    lines = [
+        line
+        for line in debug.stderr.decode().splitlines()
+        if line.startswith("DEBUG trio_crawler: GET ")
+    ]
+    assert sorted(line.split()[3].rstrip(":") for line in lines) == sorted(
+        server.url(target) for target in attempts
+    ), lines
+    took = r" in \d+\.\d{3} s"
+    for pattern in [
+        rf"GET {re.escape(server.url())}: 200 text/html, \d+ bytes{took}",
+        rf"GET {re.escape(server.url('/robots.txt'))}: 404 text/html, \d+ bytes{took}",
+        rf"GET {re.escape(server.url('/moved'))}: 302 to /a, 0 bytes{took}",
+        rf"GET {re.escape(server.url('/a'))}: RemoteProtocolError: .+{took}",
+        rf"GET {re.escape(server.url('/a'))} \(try 2\): 200 text/html, 6 bytes{took}",
+    ]:
+        assert any(re.fullmatch(f"DEBUG trio_crawler: {pattern}", line) for line in lines), (
+            pattern,
+            lines,
+        )
+    assert info.returncode == 0, info.stderr
+    assert b"GET " not in info.stderr
+    assert b"DEBUG" not in info.stderr
+
+
 @pytest.mark.parametrize("engine", list(ENGINES))
 @pytest.mark.trio
 async def test_max_time_exits_0_with_a_deadline_report(tmp_path: Path, engine: str) -> None:

@@ -91,8 +91,19 @@ def test_each_command_line_flag_sets_its_option(
         (["--serve-demo", "--port", "x"], "--port must be a whole number, not 'x'"),
         (["--engine", "curio", "x.com"], "--engine must be one of trio, anyio-trio, "),
         (["--strict", "--lenient", "x.com"], "not allowed with argument --strict"),
-        ([""], "ROOT has '', which is not an http(s) URL"),
+        ([""], "ROOT has '', which is not a valid URL"),
         (["--serve-demo", "x.com"], "--serve-demo only serves the demo site"),
+        # Options named in a message are spelt as flags too.
+        (["--recrawl", "x.com"], "--recrawl needs --state: it crawls again the crawl kept"),
+        (
+            ["--state", "s.db", "--frontier", "redis://h/", "x.com"],
+            "--frontier and --state cannot go together",
+        ),
+        (
+            ["--frontier", "rediss://h/0?ssl_cert_reqs=maybe", "x.com"],
+            "--frontier ssl_cert_reqs must be one of none, optional, required, not 'maybe' "
+            "(in 'rediss://h/0?ssl_cert_reqs=maybe')",
+        ),
     ],
 )
 def test_usage_errors_name_the_flag(argv: list[str], message: str) -> None:
@@ -118,6 +129,21 @@ def test_usage_errors_name_the_flag(argv: list[str], message: str) -> None:
         (["--port", "80"], "--port goes with --serve-demo"),
         (["--demo"], "--demo crawls the demo site; drop the ROOT"),
         (["ftp://example.com/"], "ROOT has 'ftp://example.com/', which is not an http(s) URL"),
+        (["http://[::1"], "ROOT has 'http://[::1', which is not a valid URL"),
+        # Options that mean nothing in this run.
+        (["--crawl-id", "docs"], "--crawl-id 'docs' names a shared crawl: it needs --frontier"),
+        (["--lease", "30"], "--lease '30' is for a shared crawl: it needs --frontier"),
+        (
+            ["--frontier", "redis://127.0.0.1:1/0?db=3"],
+            "--frontier takes no query in a redis:// URL (TLS options go with rediss://), "
+            "not 'redis://127.0.0.1:1/0?db=3'",
+        ),
+        (
+            ["--frontier", "rediss://:pw@127.0.0.1:1/0?timeout=1"],
+            "--frontier may set only ssl_ca_certs, ssl_certfile, ssl_keyfile, ssl_cert_reqs, "
+            "ssl_check_hostname in its query, not 'timeout' (in "
+            "'rediss://:***@127.0.0.1:1/0?timeout=1')",
+        ),
     ],
 )
 @pytest.mark.trio

@@ -607,6 +607,25 @@ async def test_a_database_that_is_not_there_is_a_usage_error(
 
 
 @pytest.mark.trio
+async def test_very_verbose_shows_requests_not_the_clients_routine(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """-vv on a shared crawl: a line per request, and none of coredis's routine (its INFO
+    "Retry attempt 1 due to error: No matching script" as each script is first run on a
+    connection, which is how the script cache works, and reads like a failure)."""
+    site = Site(20, random.Random(SEED))
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            args = command("trio", redis.url(), None, "-vv", "--ignore-robots")
+            run = await run_child([*args, http.url("/p/0.html")], tmp_path)
+    assert run.returncode == 0, run
+    assert "coredis" not in run.stderr, run
+    requests = [line for line in run.stderr.splitlines() if " GET " in line]
+    assert len(requests) == 20, run
+
+
+@pytest.mark.trio
 async def test_a_password_is_never_shown(tmp_path: Path) -> None:
     """In the URL or in the environment, the password works and never appears in what
     the crawler writes: logs, errors, the report, --status, records."""

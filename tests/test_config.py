@@ -129,6 +129,8 @@ def test_options_are_frozen() -> None:
         ("example.com", "roots must be a list of URLs, not the string 'example.com'"),
         ([], "roots must name at least one URL to crawl"),
         (["ftp://example.com/"], "roots has 'ftp://example.com/', which is not an http(s) URL"),
+        (["http://[::1"], "roots has 'http://[::1', which is not a valid URL"),
+        (["example.com:http"], "roots has 'example.com:http', which is not a valid URL"),
     ],
 )
 def test_unusable_roots(roots: object, message: str) -> None:
@@ -137,6 +139,15 @@ def test_unusable_roots(roots: object, message: str) -> None:
     # The roots are the first argument, and the first error reported.
     with pytest.raises(ConfigError, match=r"^roots "):
         CrawlConfig.create(roots, max_tasks=0)  # type: ignore[arg-type]
+
+
+def test_an_option_named_in_a_message_is_spelt_as_in_the_api() -> None:
+    """The API's message names options as keywords; the command line spells the same
+    error with flags (test_cli_args.py)."""
+    with pytest.raises(ConfigError, match=r"^recrawl needs state: it crawls again the crawl "):
+        CrawlOptions(recrawl=True)
+    with pytest.raises(ConfigError, match=r"^frontier and state cannot go together: "):
+        CrawlOptions(state="x.db", frontier="redis://h/")
 
 
 def test_config_normalises_roots_and_makes_the_scope() -> None:

@@ -12,6 +12,7 @@ examples use a naive href regex and follow no redirects, so they are not held to
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,7 +21,7 @@ import trio
 from trio_crawler._demo import build_demo_site, serve_demo
 
 from demo_expectations import html_paths
-from support import run_example
+from support import bare_python, run_example
 
 EXAMPLES = ["examples/01_callbacks.py", "examples/02_generator_coroutines.py"]
 # The demo's six top-level sections (see the layout in trio_crawler/_demo.py): every page under
@@ -95,3 +96,20 @@ async def test_crawls_the_demo_site(script: str) -> None:
 async def test_serves_the_demo_itself_without_a_url(script: str) -> None:
     fetched, count = parse_output(await run_example(script))
     assert count == len(fetched) > 250
+
+
+@pytest.mark.trio
+async def test_without_the_dependencies_it_says_what_to_install(tmp_path: Path) -> None:
+    """Run with a Python that lacks trio_crawler's dependencies, the example's demo server
+    cannot start: one line naming the module missing and the command to run instead, not
+    the server's traceback and a "demo server exited"."""
+    script = EXAMPLES[0]
+    result = await run_example(script, python=bare_python(tmp_path / "bare"))
+    assert result.returncode == 1
+    [line] = result.stderr.decode().splitlines()
+    assert line.startswith(f"{script}: no module named '"), line
+    assert line.endswith(
+        f"the examples need trio_crawler's dependencies; run .venv/bin/python {script} "
+        "after python3 -m venv .venv && .venv/bin/pip install -e ."
+    ), line
+    assert result.stdout == b""

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -20,7 +21,7 @@ import trio
 from trio_crawler._demo import build_demo_site, serve_demo
 
 from demo_expectations import expected_urls
-from support import HANG_LIMIT, REPO, run_example
+from support import HANG_LIMIT, REPO, bare_python, run_example
 
 FETCHED = re.compile(r"fetched (\S+) (\d{3}|None)")
 
@@ -127,3 +128,19 @@ async def test_example_serves_its_own_demo_without_a_url(script: str) -> None:
     result = await run_example(script)
     assert result.returncode == 0, result.stderr.decode()
     assert fetched_urls(result.stdout.decode())
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("script", [TRIO_CRAWL, DEADLINE])
+async def test_without_the_dependencies_it_says_what_to_install(
+    tmp_path: Path, script: str
+) -> None:
+    """Run with a Python that lacks trio_crawler's dependencies, the example's own imports
+    fail: one line naming the module and the command to run instead, no traceback."""
+    result = await run_example(script, "http://127.0.0.1:9/", python=bare_python(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        f"{script}: no module named 'trio' in this Python ({tmp_path / 'bin' / 'python'}): the "
+        f"examples need trio_crawler's dependencies; run .venv/bin/python {script} after "
+        "python3 -m venv .venv && .venv/bin/pip install -e ."
+    ]

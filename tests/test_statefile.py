@@ -266,7 +266,7 @@ def test_the_api_raises_config_error(tmp_path: Path) -> None:
 def test_recrawl_needs_state() -> None:
     run = cli("--recrawl", "http://127.0.0.1:9/")
     assert run.returncode == 2, run
-    assert "--recrawl needs state" in run.stderr, run
+    assert "--recrawl needs --state: " in run.stderr, run
 
 
 # --- a full disk ------------------------------------------------------------------------

@@ -352,6 +352,16 @@ def _check_what_to_crawl(namespace: argparse.Namespace, roots: tuple[str, ...]) 
         raise UsageError("no ROOT given: name a URL to crawl (or use --demo)")
     elif namespace.demo and namespace.frontier:
         raise UsageError("--demo crawls a site served by this process; it cannot be shared")
+    if namespace.frontier is None:
+        # Without --frontier they would be accepted and mean nothing, as --status would.
+        if namespace.crawl_id is not None:
+            raise UsageError(
+                f"--crawl-id {namespace.crawl_id!r} names a shared crawl: it needs --frontier"
+            )
+        if namespace.lease is not None:
+            raise UsageError(
+                f"--lease {namespace.lease!r} is for a shared crawl: it needs --frontier"
+            )
 
 
 def _given(owner: type[Any], namespace: argparse.Namespace) -> dict[str, Any]:
@@ -380,9 +390,11 @@ def _number(text: str, flag: str, kind: type[Any]) -> object:
 
 
 def for_the_command_line(error: ConfigError) -> str:
-    """A ConfigError's message with the option spelt as on the command line."""
+    """A ConfigError's message with the options it names spelt as on the command line:
+    ``--recrawl needs --state`` for the API's ``recrawl needs state``."""
+    problem = error.problem_as(_flag)
     if error.option == "roots":
-        return f"ROOT {error.problem}"
+        return f"ROOT {problem}"
     for _, declared, spec in _declarations():
         if declared.name == error.option:
             if isinstance(error, OptionChanged):
@@ -391,8 +403,17 @@ def for_the_command_line(error: ConfigError) -> str:
                     f"{_as_flags(spec, error.stored)}, and what to crawl is fixed by the run "
                     "that made it (leave the option out to keep that, or start a new crawl)"
                 )
-            return f"{(spec.flags or spec.off_flags)[0]} {error.problem}"
+            return f"{(spec.flags or spec.off_flags)[0]} {problem}"
     return str(error)  # not an option (TRIO_CRAWLER_HTTP): it names itself
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of the option ``name`` (``max_tasks`` -> ``--max-tasks``);
+    ``name`` itself for what is no option."""
+    for _, declared, spec in _declarations():
+        if declared.name == name:
+            return (spec.flags or spec.off_flags)[0]
+    return name
 
 
 def _as_flags(spec: Option, value: object) -> str:

@@ -35,7 +35,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ._urls import Scope, normalize_root
 
@@ -79,12 +79,23 @@ class ConfigError(ValueError):
     Attributes:
         option: The option's Python name (``max_tasks``).
         problem: What is wrong and, where there is one, the fix; it reads after the option name.
+        mentions: Other options the problem names, each written ``{name}`` in it, so that
+            the command line can spell them as flags (:meth:`problem_as`): "recrawl needs
+            state" in Python is "--recrawl needs --state" there.
     """
 
-    def __init__(self, option: str, problem: str) -> None:
-        super().__init__(f"{option} {problem}")
+    def __init__(self, option: str, problem: str, *, mentions: tuple[str, ...] = ()) -> None:
         self.option = option
-        self.problem = problem
+        self.mentions = mentions
+        self._problem = problem
+        self.problem = self.problem_as(lambda name: name)
+        super().__init__(f"{option} {self.problem}")
+
+    def problem_as(self, spell: Callable[[str], str]) -> str:
+        """The problem, with the options it mentions spelt by ``spell``."""
+        if not self.mentions:
+            return self._problem
+        return self._problem.format_map({name: spell(name) for name in self.mentions})
 
 
 # A check takes the option's name and a value; it returns the value as the crawl keeps it
@@ -286,6 +297,7 @@ def _frontier_url(name: str, value: object) -> str:
         raise ConfigError(
             name, f"must be redis://HOST[:PORT][/DB] or rediss://..., not {redacted(value)!r}"
         )
+    _check_frontier_query(name, parts.scheme, parse_qsl(parts.query, keep_blank_values=True), value)
     database = parts.path.removeprefix("/")
     # The client reads any path it cannot make a number of as database 0, and a negative
     # one fails deep in the first connection: both are caught here. Redis counts its
@@ -297,6 +309,44 @@ def _frontier_url(name: str, value: object) -> str:
             f"not {redacted(value)!r}",
         )
     return value
+
+
+# What the query of a rediss:// URL may set: the client's TLS options, each with the values
+# it reads (coredis: pool/_base.py, _parse_url). Any other key, or any query on redis://,
+# would be ignored or misread (the client takes ?db= over the path, ?timeout= as its own).
+TLS_QUERY_OPTIONS: dict[str, tuple[str, ...] | None] = {
+    "ssl_ca_certs": None,  # a file path
+    "ssl_certfile": None,
+    "ssl_keyfile": None,
+    "ssl_cert_reqs": ("none", "optional", "required"),
+    "ssl_check_hostname": ("true", "false", "yes", "no", "1", "0", "t", "f", "y", "n"),
+}
+
+
+def _check_frontier_query(name: str, scheme: str, query: list[tuple[str, str]], value: str) -> None:
+    """A redis:// URL has no query; a rediss:// one sets only :data:`TLS_QUERY_OPTIONS`."""
+    if not query:
+        return
+    shown = redacted(value)
+    if scheme == "redis":
+        raise ConfigError(
+            name,
+            f"takes no query in a redis:// URL (TLS options go with rediss://), not {shown!r}",
+        )
+    for key, given in query:
+        if key not in TLS_QUERY_OPTIONS:
+            raise ConfigError(
+                name,
+                f"may set only {', '.join(TLS_QUERY_OPTIONS)} in its query, "
+                f"not {key!r} (in {shown!r})",
+            )
+        allowed = TLS_QUERY_OPTIONS[key]
+        if allowed is not None and given.lower() not in allowed:
+            raise ConfigError(
+                name, f"{key} must be one of {', '.join(allowed)}, not {given!r} (in {shown!r})"
+            )
+        if allowed is None and not given:
+            raise ConfigError(name, f"{key} must be a file path, not empty (in {shown!r})")
 
 
 _CRAWL_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -509,10 +559,16 @@ class CrawlOptions:
     def __post_init__(self) -> None:
         check_options(self)
         if self.recrawl and self.state is None:
-            raise ConfigError("recrawl", "needs state: it recrawls the crawl a state file holds")
+            raise ConfigError(
+                "recrawl",
+                "needs {state}: it crawls again the crawl kept in that file",
+                mentions=("state",),
+            )
         if self.state is not None and self.frontier is not None:
             raise ConfigError(
-                "frontier", "and state cannot go together: a crawl is kept in one or the other"
+                "frontier",
+                "and {state} cannot go together: a crawl is kept in one or the other",
+                mentions=("state",),
             )
 
     def keywords(self) -> CrawlKeywords:
@@ -564,12 +620,21 @@ def normalize_roots(roots: Iterable[str]) -> tuple[str, ...]:
     for root in roots:
         url = normalize_root(root)
         if url is None:
-            raise ConfigError("roots", f"has {root!r}, which is not an http(s) URL")
+            raise ConfigError("roots", f"has {root!r}, which is {_not_a_root(root)}")
         if url not in normalized:  # Roots keep their order; repeats are dropped.
             normalized.append(url)
     if not normalized:
         raise ConfigError("roots", "must name at least one URL to crawl")
     return tuple(normalized)
+
+
+def _not_a_root(root: str) -> str:
+    """What is wrong with a root :func:`normalize_root` refused: another scheme, or an
+    http(s) URL (or a host, which gets ``http://``) that does not parse."""
+    scheme, separator, _ = root.strip().partition("://")
+    if separator and scheme.lower() not in ("http", "https"):
+        return "not an http(s) URL"
+    return "not a valid URL"
 
 
 def reject_unknown_options(options: Iterable[str], *, function: str) -> None:

@@ -164,6 +164,9 @@ class OriginScheduler:
         self._queued = 0
         self._in_flight: set[str] = set()
         self._robots_fetching = 0
+        # Whether any origin has rules that may refuse a URL: until one has, no link is
+        # looked up (a crawl that ignores robots.txt, or whose files allow everything).
+        self._may_turn_away = False
 
     # -- counts --------------------------------------------------------------------------
 
@@ -275,6 +278,8 @@ class OriginScheduler:
     def turns_away(self, url: str) -> bool:
         """Whether the known robots.txt rules of ``url``'s origin forbid it (False while
         its robots.txt is not known: it is checked when taken)."""
+        if not self._may_turn_away:
+            return False
         origin = self._origins.get(origin_of(url))
         return origin is not None and origin.rules is not None and not origin.rules.allowed(url)
 
@@ -291,6 +296,7 @@ class OriginScheduler:
         the floor, whatever the run that kept it had.
         """
         origin = self._origins[key] = _Origin(key, delay=self._delay, rules=rules)
+        self._note_rules(rules)
         if rules is None:
             origin.failure = failure
             origin.robots = RobotsState.FAILED
@@ -457,6 +463,7 @@ class OriginScheduler:
         origin.in_flight -= 1
         if rules is not None:
             origin.rules = rules
+            self._note_rules(rules)
             self._set_robots(origin, RobotsState.KNOWN)
         else:
             assert failure is not None, "robots_settled() needs rules or a failure"
@@ -524,6 +531,10 @@ class OriginScheduler:
         origin.robots = state
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _note_rules(self, rules: RobotsRules | None) -> None:
+        if rules is not None and (rules.parsed is not None or not rules.allow_all):
+            self._may_turn_away = True
 
     def _origin_for(self, key: str) -> _Origin:
         """Origin ``key``, made if new: its robots.txt UNKNOWN when robots.txt is obeyed."""

@@ -86,34 +86,3 @@ def check_output(options: CrawlOptions, output: str | None) -> None:
         raise ConfigError(
             "output", f"{output} holds the records of pass {earlier}; give a new file for this pass"
         )
-
-
-def stored_roots_now(*, state: str | None) -> tuple[str, ...] | None:
-    """The roots of the crawl a state file holds, for a run given no ROOTs; None when
-    the options name no store that can say without a server (then the roots must be
-    given, or found with :func:`find_stored_roots`).
-
-    Raises:
-        ConfigError: The file holds no crawl, or cannot be used.
-    """
-    if state is None:
-        return None
-    from ._statefile import stored_roots
-
-    return stored_roots(state)
-
-
-async def find_stored_roots(
-    *, state: str | None, frontier: str | None, crawl_id: str
-) -> tuple[str, ...] | None:
-    """The roots of the crawl the options name, for a run given no ROOTs (a resumed
-    state file, a shared crawl joined); None when they name no store.
-
-    Raises:
-        ConfigError: The store holds no crawl, or cannot be used.
-    """
-    if frontier is not None:
-        from ._cluster import shared_roots
-
-        return await shared_roots(frontier, crawl_id)
-    return stored_roots_now(state=state)

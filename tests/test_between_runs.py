@@ -321,3 +321,36 @@ async def test_an_interrupted_recrawl_pass_goes_on_with_its_own_file(tmp_path: P
     records = read_records(second)
     assert len({record["url"] for record in records}) == len(records) == PAGES
     assert {record["status"] for record in records} == {304}
+
+
+def report_counters(report: bytes) -> dict[str, int]:
+    """The report's counters (``     N name`` lines), by name."""
+    return {
+        name.decode(): int(count)
+        for count, name in re.findall(rb"^ +(\d+) (\w+)$", report, re.MULTILINE)
+    }
+
+
+@pytest.mark.trio
+async def test_a_recrawls_304s_are_not_modified_not_errors(tmp_path: Path) -> None:
+    """A recrawl of a site where one page went away: each unchanged page's 304 counts as
+    ``not_modified`` (and ``status_304``), and only the 404 as an ``error``. The report
+    used to file every 304 under ``error`` (``533 error`` beside ``532 status_304``)."""
+    site = Site(40, random.Random(SEED))
+    state = tmp_path / "crawl.db"
+    gone = 7
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            server.fallback(site.handle)
+            made = await run_cli(*crawl_args(state, "--ignore-robots"), server.url("/p/0.html"))
+            assert made.returncode == 0, made.stderr
+            site.removed.add(gone)
+            again = await run_cli(*crawl_args(state, "--ignore-robots", "--recrawl"))
+    assert again.returncode == 0, again.stderr
+    report = again.stdout.decode()
+    assert "Finish reason: finished" in report, report
+    assert "Done: 40\n" in report, report
+    counters = report_counters(again.stdout)
+    assert counters["not_modified"] == counters["status_304"] == 39, report
+    assert counters["error"] == counters["status_404"] == 1, report
+    assert f"{server.url(f'/p/{gone}.html')} 404 None None 4\n" in report

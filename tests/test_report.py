@@ -103,3 +103,27 @@ def test_record_json_has_exactly_the_contract_keys_in_order() -> None:
         "num_new_urls": 0,
     }
     assert "\n" not in FetchStatistic(url="http://h/\u2028", exception="E: a\nb").to_json()
+
+
+def test_a_recrawls_304_is_not_modified_not_an_error() -> None:
+    """A 304 answers a recrawl's conditional request: the page is unchanged. It is counted
+    as ``not_modified`` (and ``status_304``), and only real error statuses as ``error``."""
+    records = [
+        FetchStatistic(url="http://h/a", status=304, num_urls=2, num_new_urls=1),
+        FetchStatistic(url="http://h/b", status=304),
+        FetchStatistic(url="http://h/c", status=404, size=9),
+    ]
+    report = format_report(records, elapsed=1.0, max_tasks=1, todo=0, finish_reason="finished")
+    lines = report.splitlines()
+    assert lines[1:4] == [
+        "http://h/a 304 None None 0",
+        "http://h/b 304 None None 0",
+        "http://h/c 404 None None 9",
+    ]
+    assert lines[5 : lines.index("Todo: 0")] == [
+        "         1 error",
+        "         9 error_bytes",
+        "         2 not_modified",
+        "         2 status_304",
+        "         1 status_404",
+    ]

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
+# HTTP's "not modified" (RFC 9110 section 15.4.5): the answer to a recrawl's conditional
+# request for a page unchanged since the last pass.
+NOT_MODIFIED_STATUS = 304
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchStatistic:
     """What happened to one URL.
@@ -53,7 +58,14 @@ class FetchStatistic:
 
     @property
     def kind(self) -> str:
-        """The chapter's class of record: ``fail``, ``redirect``, ``html``, ``other``, ``error``."""
+        """The record's class, the name of the report's counter that counts it.
+
+        The chapter's classes (reporting.py), in its order: ``fail`` (every try failed:
+        no status), ``redirect``, ``html``, ``other`` (any other 200), and ``error`` for
+        every other status (404, 500, a 3xx without a Location). One class is ours:
+        ``not_modified``, a 304, which a recrawl asks for (``If-None-Match``) and which
+        says the page is unchanged since the last pass, whose links it follows: no error.
+        """
         if self.exception is not None:
             return "fail"
         if self.next_url is not None:
@@ -62,6 +74,8 @@ class FetchStatistic:
             return "html"
         if self.status == 200:
             return "other"
+        if self.status == NOT_MODIFIED_STATUS:
+            return "not_modified"
         return "error"
 
 
@@ -73,8 +87,12 @@ def exception_name(exception: str) -> str:
 def count_records(records: Iterable[FetchStatistic]) -> Counter[str]:
     """The chapter's counters for a set of records.
 
-    Only counters that were counted appear, as in the chapter, so a Counter (which keeps no
-    zero entries from ``+=``) is the natural container.
+    One counter per :attr:`~FetchStatistic.kind`, and under it: ``fail_<Exception>`` for
+    failures; ``<kind>_bytes`` for ``html``, ``other`` and ``error``; ``status_<code>``
+    for ``error`` and ``not_modified`` (always 304: its own counter, ``status_304``, is
+    kept as the chapter would have counted it). Only counters that were counted appear,
+    as in the chapter, so a Counter (which keeps no zero entries from ``+=``) is the
+    natural container.
     """
     counters: Counter[str] = Counter()
     for stat in records:
@@ -85,6 +103,6 @@ def count_records(records: Iterable[FetchStatistic]) -> Counter[str]:
             counters[f"fail_{exception_name(stat.exception)}"] += 1
         elif kind in ("html", "other", "error"):
             counters[f"{kind}_bytes"] += stat.size
-            if kind == "error":
-                counters[f"status_{stat.status}"] += 1
+        if kind in ("error", "not_modified"):
+            counters[f"status_{stat.status}"] += 1
     return counters

@@ -4,11 +4,15 @@ Theory of operation
 -------------------
 The seen set, the queues, the per-origin rules and clocks, the leases and the pending count
 live on the server, and change only inside the scripts of
-:mod:`~trio_crawler._cluster_scripts`, each of which Redis runs whole (the client, errors
-and status are :mod:`~trio_crawler._cluster`'s). A process holds a *window* of that
-frontier: the requests it leased, in an :class:`~trio_crawler._scheduler.OriginScheduler`
-that hands them to the core as usual (with no delay or host limit of its own: the server
-applies those for every process at once).
+:mod:`~trio_crawler._cluster_scripts`, each of which Redis runs whole. A process holds a
+*window* of that frontier: the requests it leased, in an
+:class:`~trio_crawler._scheduler.OriginScheduler` that hands them to the core as usual (with
+no delay or host limit of its own: the server applies those for every process at once).
+This module is the window: what the process holds, and what it has still to tell the
+server. It talks to the server through a :class:`~trio_crawler._cluster_session.ClusterSession`
+(the connection, the clock, joining, the calls and their retries, listening,
+renewing), and writes
+and reads its operations with :mod:`~trio_crawler._cluster_ops`.
 
 Every change a process makes is an operation in a list; :meth:`RedisFrontier.flush` sends
 the list as one script call (one round trip for the links of many pages, their
@@ -39,35 +43,27 @@ server and the idle wake-ups are timed on the engine's clock, from the session's
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import json
 import logging
 import math
-import os
-import secrets
-import socket
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._cluster import (
-    ANSWER_TIMEOUT,
-    CONNECT_TIMEOUT,
-    ClusterError,
-    SharedCounts,
-    entry_of,
-    lost_errors,
-    parse_entry,
-    prefix_of,
-    reason,
-    redis_client,
-    refusal,
+from ._cluster_ops import (
+    MAKES_WORK,
+    Operation,
+    back_operation,
+    done_operation,
+    give_back_operations,
+    link_operations,
+    origin_state,
+    read_leases,
+    seconds,
+    settled_from,
 )
-from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
-from ._config import redacted
+from ._cluster_session import ClusterSession
 from ._events import FetchRequest, RobotsRequest
 from ._frontier import (
     GROUP_SIZE,
@@ -86,6 +82,7 @@ from ._scheduler import OriginScheduler
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from ._cluster import SharedCounts
     from ._config import CrawlConfig
     from ._frontier import StoreRuntime
     from ._output import ArchiveOutput, RecordOutput
@@ -93,19 +90,6 @@ if TYPE_CHECKING:
 
 LOGGER = logging.getLogger("trio_crawler")
 
-
-def _seconds(answer: object) -> float:
-    """A wait the server answered, rounded to its clock's microseconds; inf for none."""
-    if isinstance(answer, int | float) and answer >= 0:
-        return round(float(answer), 6)
-    return math.inf
-
-
-Operation = dict[str, Any]
-# The operations after which work may be ready that was not: links queued, robots.txt
-# settled (its origin's pages), requests given back, a URL done or started (a slot under
-# --max-per-host, or the start an origin with a delay waits for). Only a renewal is not.
-_MAKES_WORK = frozenset({"add", "seen", "robots", "back", "rback", "done", "drop", "started"})
 # A completion waiting for its links to be added: with its callback, and where its
 # operations are in the call that carries them.
 _Waiting = tuple[Completion, "Callable[[Completion, Settled], object]", int, int]
@@ -127,19 +111,12 @@ class RedisFrontier:
         self.scheduler = OriginScheduler(delay=0.0, obey_robots=True, max_per_host=None)
         # The URLs this process was handed or offered (the shared seen set is the server's).
         self._seen: set[str] = set()
-        assert config.frontier is not None
         self.config = config
-        self.url = config.frontier
-        self.where = redacted(config.frontier)
+        self.link = ClusterSession(config)
+        self.where = self.link.where
         self.crawl_id = config.crawl_id
         self.lease = config.lease
-        self.prefix = prefix_of(config.crawl_id)
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.lost: str | None = None
         self._scheduling: Callable[[], bool] = lambda: True
-        self._client: Any = None
-        self._step: Any = None
-        self._status: Any = None
         self._runtime: StoreRuntime | None = None
         # Changes not sent yet: operations, completions waiting for their links to be
         # added, and URLs whose record is written and which wait to be marked done.
@@ -156,19 +133,23 @@ class RedisFrontier:
         self._held: dict[str, FetchRequest | None] = {}
         self._robots_tickets: deque[str] = deque()
         self._delays: dict[str, float] = {}
-        self._base_delay = config.delay  # the crawl's, as the server keeps it (_join)
         self._starting: set[str] = set()
-        # The server's answer: the shared counts, and when to ask again if it had nothing.
-        self.shared = SharedCounts(1, 0, 0, 0, False, 0)  # unknown until the crawl is joined
-        self._idle_until: float | None = None
         self._closed = False
-        self._joined = False
-        # When the server stopped answering (on the engine's clock), while calls retry; and
-        # whether self.shared is older than the end of this process's part (its report says).
-        self._away_since: float | None = None
-        # The number of the last step call answered that asked for a lease (see _listen).
-        self._last_call = 0
-        self.counts_stale = False
+
+    @property
+    def owner(self) -> str:
+        """The name this process's leases are held under on the server."""
+        return self.link.owner
+
+    @property
+    def shared(self) -> SharedCounts:
+        """The shared crawl's counts, as the server last said."""
+        return self.link.shared
+
+    @property
+    def lost(self) -> str | None:
+        """Why the server can no longer be used, once it cannot."""
+        return self.link.lost
 
     # -- counts: the window, and the rest of the shared crawl ------------------------------
 
@@ -190,6 +171,13 @@ class RedisFrontier:
         if self._closed:
             return self.shared.queued + self.shared.leased
         return window + self.shared.queued + others
+
+    @property
+    def held_elsewhere(self) -> int:
+        """URLs other processes hold: the server's leases, less this process's."""
+        if self.shared.finished:
+            return 0
+        return max(0, self.shared.leased - len(self._held))
 
     @property
     def in_flight_count(self) -> int:
@@ -308,10 +296,7 @@ class RedisFrontier:
         self.scheduler.release(request)
         self._starting.discard(request.url)
         self._held.pop(request.url, None)
-        op: Operation = {"k": "back", "u": request.url, "e": entry_of(request)}
-        if wait > 0:
-            op["w"] = wait
-        self._ops.append(op)
+        self._ops.append(back_operation(request, wait=wait))
 
     def _leave(self, request: FetchRequest, op: Operation) -> None:
         """A leased URL leaves the crawl with no record (robots.txt forbids it)."""
@@ -323,7 +308,7 @@ class RedisFrontier:
 
     def next_wakeup(self) -> float | None:
         local = self.scheduler.next_wakeup()
-        remote = self._idle_until if self._idle_until is not None else None
+        remote = self.link.idle_until if self.link.idle_until is not None else None
         if remote is not None and math.isinf(remote):
             remote = None
         if local is None:
@@ -342,7 +327,7 @@ class RedisFrontier:
         """How many more requests to lease: enough for the idle workers."""
         if self.shared.finished or not self._scheduling() or self.lost is not None:
             return 0
-        if self._idle_until is not None and self._now() < self._idle_until:
+        if self.link.idle_until is not None and self._now() < self.link.idle_until:
             return 0
         busy = self.scheduler.queued + self.scheduler.in_flight_count + len(self._robots_tickets)
         return max(0, self.config.max_tasks - busy)
@@ -381,7 +366,7 @@ class RedisFrontier:
         """:meth:`flush`; with ``group`` seconds, the first call waits that long for more
         changes to join it (see :data:`~trio_crawler._frontier.GROUP_WINDOW`), unless
         enough already wait."""
-        if self._flushing or self.lost is not None or self._client is None:
+        if self._flushing or self.lost is not None or not self.link.is_open:
             return
         self._flushing = True
         self._flushed = anyio.Event()
@@ -398,7 +383,7 @@ class RedisFrontier:
                     leased_once = leased_once or ops[-1]["k"] == "lease"
                     self._sending = len(ops) + len(waiting)
                     try:
-                        answer = await self._call(ops)
+                        answer = await self.link.call(ops)
                     finally:
                         self._sending = 0
                 await self._answered(answer, ops, waiting)
@@ -414,105 +399,17 @@ class RedisFrontier:
         waiting = []
         for completion, then in self._waiting:
             first = len(ops)
-            for offer in completion.offers:
-                if not offer.queue:
-                    urls = list(offer.urls)
-                    ops.append({"k": "add", "o": "", "u": urls, "q": False, "od": offer.over_depth})
-                    continue
-                by_origin: dict[str, list[str]] = {}
-                turned_away: list[str] = []
-                turns_away = self.scheduler.turns_away
-                for url in offer.urls:
-                    if turns_away(url):  # by rules this process knows, as memory does
-                        turned_away.append(url)
-                    else:
-                        by_origin.setdefault(origin_of(url), []).append(url)
-                if turned_away:
-                    ops.append({"k": "seen", "u": turned_away})
-                for key, urls in by_origin.items():
-                    ops.append(
-                        {
-                            "k": "add",
-                            "o": key,
-                            "u": urls,
-                            "d": offer.depth,
-                            "r": offer.redirects_left,
-                            "s": offer.sitemap,
-                            "f": offer.first,
-                            "q": True,
-                        }
-                    )
+            ops += link_operations(completion, self.scheduler.turns_away)
             waiting.append((completion, then, first, len(ops)))
         self._waiting = []
-        if any(op["k"] in _MAKES_WORK for op in ops):
+        if any(op["k"] in MAKES_WORK for op in ops):
             # This call itself may make work ready (before the lease it carries, which
             # the script applies last): no need to wait for the server's "work" message.
-            self._idle_until = None
+            self.link.idle_until = None
         want = self._want() if lease else 0
         if want > 0:
             ops.append({"k": "lease", "n": want})
         return ops, waiting
-
-    async def _call(self, ops: list[Operation]) -> dict[str, Any]:
-        """One script call, retried with backoff while the server is away, for up to
-        ``lease`` seconds (after that, other processes may hold our leases anyway)."""
-        assert self._runtime is not None
-        run = self._runtime.shielded
-        payload = json.dumps(ops, separators=(",", ":"))
-        give_up = self._now() + self.lease
-        pause = 0.1
-        while True:
-            try:
-                raw = await run(
-                    lambda: self._step(
-                        keys=[self.prefix + "meta"],
-                        args=[
-                            self.prefix,
-                            self._server_clock(),
-                            self.owner,
-                            str(self.lease),
-                            payload,
-                        ],
-                    )
-                )
-                answer = json.loads(raw)
-                if not isinstance(answer, dict):
-                    raise ValueError(f"not an answer: {raw!r:.80}")
-                if self._away_since is not None:
-                    LOGGER.warning(
-                        "shared frontier %s: the server is back after %.1f s",
-                        self.where,
-                        self._now() - self._away_since,
-                    )
-                    self._away_since = None
-                return answer
-            except lost_errors() as exc:
-                if self._now() + pause > give_up:
-                    self.lost = f"lost the shared frontier at {self.where}: {reason(exc)}"
-                    raise FrontierLost(self.lost) from None
-                # One line when the server goes away, saying until when; then one when it is
-                # back, or when the crawl gives up: not one per retry.
-                if self._away_since is None:
-                    self._away_since = self._now()
-                    assert self._runtime is not None
-                    until = datetime.datetime.fromtimestamp(
-                        self._runtime.wall_time(give_up)
-                    ).strftime("%H:%M:%S")
-                    LOGGER.warning(
-                        "shared frontier %s: lost the server (%s); trying again until %s "
-                        "(--lease %g s), then stopping",
-                        self.where,
-                        reason(exc),
-                        until,
-                        self.lease,
-                    )
-                else:
-                    LOGGER.debug("shared frontier %s: still away: %s", self.where, reason(exc))
-                await anyio.sleep(pause)
-                pause = min(pause * 2, 2.0)
-            except ValueError as exc:
-                self.lost = f"the shared frontier at {self.where} answered nonsense: {exc}"
-                raise FrontierLost(self.lost) from None
 
     async def _answered(
         self,
@@ -521,50 +418,14 @@ class RedisFrontier:
         waiting: list[_Waiting],
     ) -> None:
         """Apply the server's answer to ``ops`` (None when there was nothing to send)."""
-        results: list[Any] = []
-        if answer is not None:
-            if "bad" in answer:  # the script checked our changes and wrote none of them
-                raise RuntimeError(
-                    f"the shared frontier refused change {answer['bad']} of "
-                    f"{json.dumps(ops)[:300]}: a bug in trio_crawler"
-                )
-            if answer.get("gone"):
-                self.lost = f"the crawl {self.crawl_id!r} is gone from {self.where}"
-                raise FrontierLost(self.lost)
-            given = answer.get("r")
-            results = given if isinstance(given, list) else []
-            if len(results) != len(ops):
-                self.lost = f"{self.where} answered {len(results)} of {len(ops)} changes"
-                raise FrontierLost(self.lost)
-            try:
-                self.shared = SharedCounts.from_answer(answer.get("c"))
-            except (ValueError, TypeError) as exc:
-                self.lost = f"the shared frontier at {self.where} answered nonsense: {exc}"
-                raise FrontierLost(self.lost) from None
+        results: list[Any] = [] if answer is None else answer["r"]
         for op in ops:
             if op["k"] == "started":
                 self._starting.discard(op["u"])
             elif op["k"] == "done":
                 self._unsettled.discard(op["u"])
         for completion, then, first, last in waiting:
-            new = beyond = disallowed = 0
-            for op, result in zip(ops[first:last], results[first:last], strict=True):
-                if op["k"] == "seen":  # the new ones robots.txt turned away, by URL
-                    turned = (
-                        [url for url in result if isinstance(url, str)]
-                        if isinstance(result, list)
-                        else []
-                    )
-                    for url in turned:
-                        LOGGER.info("robots.txt disallows %s", url)
-                    new += len(turned)
-                    disallowed += len(turned)
-                    continue
-                count = result if isinstance(result, int) and result > 0 else 0
-                new += count
-                if not op["q"] and op["od"]:
-                    beyond += count
-            settled = Settled(new=new, disallowed=disallowed, beyond=beyond)
+            settled = settled_from(ops[first:last], results[first:last])
             request = completion.request
             if completion.leased:
                 assert request is not None
@@ -573,55 +434,35 @@ class RedisFrontier:
             if request is not None and not request.robots:
                 # The record is written (then() wrote it): now the URL may be marked done.
                 self._held.pop(request.url, None)
-                record = completion.record
-                done: Operation = {
-                    "k": "done",
-                    "u": request.url,
-                    "o": origin_of(request.url),
-                    "rec": 0 if record is None else 1,
-                    "x": 1 if record is not None and record.exception is not None else 0,
-                }
-                self._dones.append(done)
+                self._dones.append(done_operation(request, completion.record))
         if answer is None:
             return
         number = answer.get("n")
         if isinstance(number, int) and ops and ops[-1]["k"] == "lease":
-            self._last_call = max(self._last_call, number)
+            self.link.last_call = max(self.link.last_call, number)
         leased = answer.get("l")
         await self._take_leased(leased if isinstance(leased, list) else [])
         if isinstance(leased, list) and leased:
-            self._idle_until = None
+            self.link.idle_until = None
         elif ops and ops[-1]["k"] == "lease":
             # Woken by a "work" message before then. The server's clock is this engine's
-            # (see _read_server_clock), to the microsecond of its TIME.
-            seconds = _seconds(answer.get("w"))
+            # (see ClusterSession.connect), to the microsecond of its TIME.
+            wait = seconds(answer.get("w"))
             if self.shared.leased > len(self._held):  # another process's may run out
-                seconds = min(seconds, _seconds(answer.get("x")), self.lease)
+                wait = min(wait, seconds(answer.get("x")), self.lease)
             # Nothing to wait for (inf): no lease is asked for until something changes
-            # (a "work" message, or a change of this process's own, see _MAKES_WORK).
-            self._idle_until = self._now() + seconds
+            # (a "work" message, or a change of this process's own, see MAKES_WORK).
+            self.link.idle_until = self._now() + wait
 
     async def _take_leased(self, leased: list[Any]) -> None:
         """Queue what the server leased to this process in the window."""
-        pages: list[FetchRequest] = []
-        for item in leased:
-            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], str)):
-                LOGGER.warning("shared frontier: a lease that is not one (%r); skipped", item)
-                continue
-            kind, value = item
-            if kind == "r":
-                self._robots_tickets.append(value)
-                self._held["r " + value] = None
-                continue
-            request = parse_entry(value)
-            if request is None:
-                LOGGER.warning(
-                    "shared frontier: a queued entry is damaged (%.200r); dropped", value
-                )
-                url = value.split(" ", 4)[-1]
-                self._ops.append({"k": "drop", "u": url, "o": ""})
-                continue
-            pages.append(request)
+        leases = read_leases(leased)
+        for key in leases.robots:
+            self._robots_tickets.append(key)
+            self._held["r " + key] = None
+        for url in leases.damaged:
+            self._ops.append({"k": "drop", "u": url, "o": ""})
+        pages = leases.pages
         unknown = [
             key
             for key in dict.fromkeys(origin_of(p.url) for p in pages)
@@ -636,41 +477,11 @@ class RedisFrontier:
 
     async def _learn_origins(self, keys: list[str]) -> None:
         """Read the robots.txt state and delay of origins new to this process."""
-        assert self._runtime is not None
-        client = self._client
-
-        async def read() -> list[Any]:
-            answers = []
-            for key in keys:
-                answers.append(
-                    await client.hmget(self.prefix + "o:" + key, ["rb", "rt", "rf", "dl"])
-                )
-            return answers
-
-        try:
-            answers = await self._runtime.shielded(read)
-        except lost_errors() as exc:
-            self.lost = f"lost the shared frontier at {self.where}: {reason(exc)}"
-            raise FrontierLost(self.lost) from None
-        for key, (robots, text, failure, delay) in zip(keys, answers, strict=True):
-            try:
-                seconds = float(delay) if delay is not None else 0.0
-            except ValueError:
-                seconds = 0.0
-            self._delays[key] = seconds if math.isfinite(seconds) and seconds > 0 else 0.0
-            if robots == "k" and isinstance(text, str) and text:
-                self.scheduler.restore_origin(
-                    key, rules=RobotsRules.from_text(text), failure=None, delay=None
-                )
-            elif robots == "x":
-                self.scheduler.restore_origin(
-                    key, rules=None, failure=failure or "robots.txt failed", delay=None
-                )
-            else:
-                # Pages of an origin whose robots.txt is not settled are not handed out;
-                # an entry that says otherwise is damaged: fetch by the rules of none.
-                LOGGER.warning("shared frontier: origin %s has no robots.txt state", key)
-                self.scheduler.restore_origin(key, rules=RobotsRules(), failure=None, delay=None)
+        answers = await self.link.read_origins(keys)
+        for key, answer in zip(keys, answers, strict=True):
+            state = origin_state(key, answer)
+            self._delays[key] = state.delay
+            self.scheduler.restore_origin(key, rules=state.rules, failure=state.failure, delay=None)
 
     def close(self) -> None:
         """Nothing to do: :meth:`session` leaves the shared crawl when ``crawl()`` ends."""
@@ -691,47 +502,22 @@ class RedisFrontier:
     def report_notes(self) -> list[str]:
         """One line for where the whole shared crawl is: each process reports its own
         records."""
-        shared = self.shared
-        return [
-            f"Shared crawl {self.crawl_id}: {shared.done} done, "
-            f"{shared.failed} failed, {shared.queued} queued, {shared.leased} leased"
-            f"{', finished' if shared.finished else ''}"
-            f"{' (last known)' if self.counts_stale else ''}"
-        ]
+        return [self.link.note()]
 
     def _delay_of(self, key: str) -> float:
         """Origin ``key``'s delay, as the server keeps it: its Crawl-delay, or the
         crawl's ``--delay``."""
-        return self._delays.get(key, self._base_delay)
+        return self._delays.get(key, self.link.base_delay)
 
     def _now(self) -> float:
         assert self._runtime is not None, "used outside a session"
         return self._runtime.clock()
 
-    async def _read_server_clock(self) -> None:
-        """Set the runtime's wall-clock offset to the server's clock, read once as the
-        session opens: every process of the crawl then sends the scripts its engine's
-        clock on the server's scale (see lua/prelude.lua), whatever its machine's clock
-        says. The reading is taken halfway through the round trip that brought it."""
-        assert self._runtime is not None
-        read_clock = self._client.register_script(CLOCK)
-        await read_clock(keys=[], args=[])  # loaded before the round trip that counts
-        before = self._runtime.clock()
-        seconds, microseconds = await read_clock(keys=[], args=[])
-        after = self._runtime.clock()
-        offset = int(seconds) + int(microseconds) / 1e6 - (before + after) / 2
-        self._runtime = dataclasses.replace(self._runtime, wall_offset=offset)
-
-    def _server_clock(self) -> str:
-        """Now, on the server's clock, as a script's clock argument."""
-        assert self._runtime is not None
-        return repr(self._runtime.wall_time(self._now()))
-
     def _wake_dispatcher(self) -> None:
         if self._runtime is not None:
             self._runtime.wake()
 
-    # -- the session: connect, create or join, listen, renew, give back ----------------------
+    # -- the session: what its tasks ask of the window (see ClusterSession.open) ---------
 
     @asynccontextmanager
     async def session(self, runtime: StoreRuntime) -> AsyncIterator[None]:
@@ -742,181 +528,34 @@ class RedisFrontier:
         """
         self._runtime = runtime
         self._scheduling = runtime.scheduling
-        on_lost = runtime.on_lost
         self._flushed = anyio.Event()
         self._flushed.set()
         try:
-            async with redis_client(self.url) as client:
-                self._client = client
-                self._step = client.register_script(STEP)
-                self._status = client.register_script(STATUS)
-                with anyio.fail_after(CONNECT_TIMEOUT + ANSWER_TIMEOUT):
-                    await self._read_server_clock()
-                await self._join()
-                async with anyio.create_task_group() as tasks:
-                    await tasks.start(self._listen)
-                    tasks.start_soon(self._renew, on_lost)
-                    try:
-                        yield
-                    finally:
-                        with anyio.CancelScope(shield=True), anyio.move_on_after(self.lease):
-                            await self._give_back_all(on_lost)
-                            await self._read_counts()
-                        tasks.cancel_scope.cancel()
-        except BaseException as exc:
-            refused = None if self._joined else refusal(exc, self.where)
-            if refused is None:
-                raise
-            raise refused from None
+            async with self.link.open(runtime, self):
+                yield
         finally:
             self._closed = True
 
-    async def _join(self) -> None:
-        config = self.config
-        roots = json.dumps(list(config.roots), separators=(",", ":"))
-        options = {
-            name: value
-            for name, value in config.keywords().items()
-            if name not in ("frontier", "crawl_id", "lease", "state", "recrawl")
-        }
-        args = [
-            self.prefix,
-            self._server_clock(),
-            roots if config.roots else "[]",
-            json.dumps(options, sort_keys=True),
-            "1" if config.obey_robots else "0",
-            repr(float(config.delay)),
-            "" if config.max_per_host is None else str(config.max_per_host),
-            str(config.max_redirect),
-        ]
-        for root in config.roots:
-            args += [root, origin_of(root)]
-        try:
-            with anyio.fail_after(CONNECT_TIMEOUT + ANSWER_TIMEOUT):
-                answer = await self._client.register_script(CREATE)(
-                    keys=[self.prefix + "meta"], args=args
-                )
-        except BaseException as exc:
-            refused = refusal(exc, self.where)
-            if refused is None:
-                raise
-            raise refused from None
-        if not isinstance(answer, list) or len(answer) != 3:
-            raise ClusterError(f"{self.where} answered nonsense to joining the crawl")
-        outcome, stored, counts = answer
-        if outcome == "mismatch":
-            raise ClusterError(
-                f"crawl {self.crawl_id!r} on {self.where} has other roots: {stored}; "
-                "give the same ROOTs, none, or another --crawl-id"
-            )
-        if outcome == "foreign":
-            raise ClusterError(
-                f"{self.where} holds keys for {self.crawl_id!r} that are not a trio-crawler crawl"
-            )
-        if outcome == "none":
-            raise ClusterError(
-                f"{self.where} holds no crawl named {self.crawl_id!r}; give the ROOTs to start one"
-            )
-        try:
-            self.shared = SharedCounts.from_answer(counts)
-        except (ValueError, TypeError):
-            raise ClusterError(f"{self.where} answered nonsense to joining the crawl") from None
-        self._joined = True
-        # The crawl's delay is its creator's: a joiner's own --delay is not the server's.
-        delay = await self._client.hget(self.prefix + "meta", "delay")
-        try:
-            self._base_delay = max(0.0, float(delay)) if delay is not None else 0.0
-        except ValueError:
-            self._base_delay = 0.0
-        LOGGER.info(
-            "%s crawl %r on %s as %s",
-            "started" if outcome == "created" else "joined",
-            self.crawl_id,
-            self.where,
-            self.owner,
-        )
-
-    async def _listen(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Wake the dispatcher when work comes, or the crawl is finished."""
-        channel = self.prefix + "events"
-        async with self._client.pubsub(
-            channels=[channel], ignore_subscribe_messages=True
-        ) as messages:
-            task_status.started()
-            try:
-                async for message in messages:
-                    data = message.get("data") if isinstance(message, dict) else None
-                    if data == "finished":
-                        self.shared = dataclasses.replace(
-                            self.shared, queued=0, leased=0, finished=True
-                        )
-                    elif isinstance(data, str) and data.startswith("work"):
-                        # A lease of this process's, answered after the call that made
-                        # the work, already took what there was: that message is stale.
-                        number = data.removeprefix("work").strip()
-                        if number.isdigit() and int(number) <= self._last_call:
-                            continue
-                        self._idle_until = None
-                    else:
-                        continue
-                    self._wake_dispatcher()
-            except Exception as exc:
-                # The calls notice a lost server and stop the crawl; until then an idle
-                # process still wakes at least once a lease period.
-                LOGGER.warning("shared frontier %s: stopped listening: %s", self.where, reason(exc))
+    def wake(self) -> None:
+        self._wake_dispatcher()
 
     def queue_renewal(self) -> bool:
         """Have the next call renew every lease this process holds; say whether there
-        was any (for the renewing task, and for a caller that drives the clock itself)."""
+        was any (for :meth:`renew`, and for a caller that drives the clock itself)."""
         held = list(self._held)
         if not held or self.lost is not None:
             return False
         self._ops.append({"k": "renew", "u": held})
         return True
 
-    async def _renew(self, on_lost: Callable[[FrontierLost], None]) -> None:
-        """Renew this process's leases every third of a lease."""
-        while True:
-            await anyio.sleep(self.lease / 3)
-            if self.queue_renewal():
-                try:
-                    await self.sync()
-                except FrontierLost as exc:
-                    on_lost(exc)
-                    return
+    async def renew(self) -> None:
+        if self.queue_renewal():
+            await self.sync()
 
-    async def _read_counts(self) -> None:
-        """Read the shared counts as this process leaves, for its report (``Todo:`` and
-        the shared totals): the last answer may be older than other processes' work."""
-        if self.lost is not None:
-            self.counts_stale = True  # the last answer before the server was lost
-            return
-        failures: tuple[type[BaseException], ...] = (*lost_errors(), ValueError, TypeError)
-        try:
-            answer = await self._status(
-                keys=[self.prefix + "meta"], args=[self.prefix, self._server_clock()]
-            )
-            self.shared = SharedCounts.from_answer(answer)
-        except failures as exc:
-            self.counts_stale = True
-            LOGGER.warning("shared frontier %s: no final counts: %s", self.where, reason(exc))
-
-    async def _give_back_all(self, on_lost: Callable[[FrontierLost], None]) -> None:
-        """On the way out: send what waits, and give back every lease still held."""
-        for key in list(self._robots_tickets):
-            self._ops.append({"k": "rback", "o": key})
-            self._held.pop("r " + key, None)
+    async def leave(self) -> None:
+        self._ops += give_back_operations(self._held)
         self._robots_tickets.clear()
-        for member, request in list(self._held.items()):
-            if member.startswith("r "):
-                self._ops.append({"k": "rback", "o": member[2:]})
-            elif request is not None:
-                self._ops.append({"k": "back", "u": request.url, "e": entry_of(request)})
         self._held.clear()
-        if self.lost is not None:
-            return
-        try:
+        if self.lost is None:
             self._scheduling = lambda: False
             await self.sync()
-        except FrontierLost as exc:
-            on_lost(exc)

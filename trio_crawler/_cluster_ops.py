@@ -1,0 +1,192 @@
+"""The operations a process sends to a shared crawl, written and read back.
+
+A process says everything it has to say to the server of a shared crawl as a list of
+operations in one step call (``lua/step.lua``, whose header lists them: ``add``, ``seen``,
+``done``, ``drop``, ``back``, ``robots``, ``rback``, ``started``, ``renew``, ``lease``).
+This module writes them from the core's values, and reads what the server answers back
+into the core's values: which links were new (:func:`settled_from`), what was leased
+(:func:`read_leases`), an origin's robots.txt state (:func:`origin_state`). Pure functions:
+no I/O, no clock. Everything read back is checked like input from the web: a damaged
+entry is reported, never trusted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._cluster import entry_of, parse_entry
+from ._frontier import Settled
+from ._robots import RobotsRules, origin_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from ._events import FetchRequest
+    from ._frontier import Completion
+    from ._stats import FetchStatistic
+
+LOGGER = logging.getLogger("trio_crawler")
+
+Operation = dict[str, Any]
+# The operations after which work may be ready that was not: links queued, robots.txt
+# settled (its origin's pages), requests given back, a URL done or started (a slot under
+# --max-per-host, or the start an origin with a delay waits for). Only a renewal is not.
+MAKES_WORK = frozenset({"add", "seen", "robots", "back", "rback", "done", "drop", "started"})
+
+
+def seconds(answer: object) -> float:
+    """A wait the server answered, rounded to its clock's microseconds; inf for none."""
+    if isinstance(answer, int | float) and answer >= 0:
+        return round(float(answer), 6)
+    return math.inf
+
+
+def link_operations(completion: Completion, turns_away: Callable[[str], bool]) -> list[Operation]:
+    """The operations that add a completion's links: for each queued offer, the links
+    ``turns_away`` (robots.txt rules this process knows) turns away as ``seen``, and the
+    rest as one ``add`` per origin; an offer only counted as one ``add`` that queues none."""
+    ops: list[Operation] = []
+    for offer in completion.offers:
+        if not offer.queue:
+            ops.append(
+                {"k": "add", "o": "", "u": list(offer.urls), "q": False, "od": offer.over_depth}
+            )
+            continue
+        by_origin: dict[str, list[str]] = {}
+        turned_away: list[str] = []
+        for url in offer.urls:
+            if turns_away(url):  # by rules this process knows, as memory does
+                turned_away.append(url)
+            else:
+                by_origin.setdefault(origin_of(url), []).append(url)
+        if turned_away:
+            ops.append({"k": "seen", "u": turned_away})
+        for key, urls in by_origin.items():
+            ops.append(
+                {
+                    "k": "add",
+                    "o": key,
+                    "u": urls,
+                    "d": offer.depth,
+                    "r": offer.redirects_left,
+                    "s": offer.sitemap,
+                    "f": offer.first,
+                    "q": True,
+                }
+            )
+    return ops
+
+
+def settled_from(ops: list[Operation], results: list[Any]) -> Settled:
+    """The answer to a completion, from the results of the operations that added its links
+    (logging each link robots.txt turned away)."""
+    new = beyond = disallowed = 0
+    for op, result in zip(ops, results, strict=True):
+        if op["k"] == "seen":  # the new ones robots.txt turned away, by URL
+            turned = (
+                [url for url in result if isinstance(url, str)] if isinstance(result, list) else []
+            )
+            for url in turned:
+                LOGGER.info("robots.txt disallows %s", url)
+            new += len(turned)
+            disallowed += len(turned)
+            continue
+        count = result if isinstance(result, int) and result > 0 else 0
+        new += count
+        if not op["q"] and op["od"]:
+            beyond += count
+    return Settled(new=new, disallowed=disallowed, beyond=beyond)
+
+
+def done_operation(request: FetchRequest, record: FetchStatistic | None) -> Operation:
+    """A URL done, with or without a record (and whether it is a failure's)."""
+    return {
+        "k": "done",
+        "u": request.url,
+        "o": origin_of(request.url),
+        "rec": 0 if record is None else 1,
+        "x": 1 if record is not None and record.exception is not None else 0,
+    }
+
+
+def back_operation(request: FetchRequest, *, wait: float = 0.0) -> Operation:
+    """A leased request given back, first in its origin's line, which waits ``wait``
+    seconds."""
+    op: Operation = {"k": "back", "u": request.url, "e": entry_of(request)}
+    if wait > 0:
+        op["w"] = wait
+    return op
+
+
+def give_back_operations(held: Mapping[str, FetchRequest | None]) -> list[Operation]:
+    """Every lease in ``held`` (URL, or ``"r ORIGIN"`` for a robots.txt, leased or
+    handed out) given back, as a process leaves."""
+    ops: list[Operation] = []
+    for member, request in held.items():
+        if member.startswith("r "):
+            ops.append({"k": "rback", "o": member[2:]})
+        elif request is not None:
+            ops.append(back_operation(request))
+    return ops
+
+
+@dataclass(frozen=True, slots=True)
+class Leases:
+    """What a step call leased, read: robots.txt fetches by origin, requests, and the
+    URLs of entries too damaged to fetch (to be dropped)."""
+
+    robots: list[str]
+    pages: list[FetchRequest]
+    damaged: list[str]
+
+
+def read_leases(leased: list[Any]) -> Leases:
+    """The answer's ``l``, read; what is not a lease is logged and skipped."""
+    robots: list[str] = []
+    pages: list[FetchRequest] = []
+    damaged: list[str] = []
+    for item in leased:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], str)):
+            LOGGER.warning("shared frontier: a lease that is not one (%r); skipped", item)
+            continue
+        kind, value = item
+        if kind == "r":
+            robots.append(value)
+            continue
+        request = parse_entry(value)
+        if request is None:
+            LOGGER.warning("shared frontier: a queued entry is damaged (%.200r); dropped", value)
+            damaged.append(value.split(" ", 4)[-1])
+            continue
+        pages.append(request)
+    return Leases(robots, pages, damaged)
+
+
+@dataclass(frozen=True, slots=True)
+class OriginState:
+    """An origin as the server keeps it: its robots.txt rules or failure, and its delay."""
+
+    rules: RobotsRules | None
+    failure: str | None
+    delay: float
+
+
+def origin_state(key: str, answer: list[Any]) -> OriginState:
+    """Origin ``key``'s hash fields ``rb``, ``rt``, ``rf``, ``dl``, read."""
+    robots, text, failure, delay = answer
+    try:
+        wait = float(delay) if delay is not None else 0.0
+    except ValueError:
+        wait = 0.0
+    wait = wait if math.isfinite(wait) and wait > 0 else 0.0
+    if robots == "k" and isinstance(text, str) and text:
+        return OriginState(RobotsRules.from_text(text), None, wait)
+    if robots == "x":
+        return OriginState(None, failure or "robots.txt failed", wait)
+    # Pages of an origin whose robots.txt is not settled are not handed out; an entry
+    # that says otherwise is damaged: fetch by the rules of none.
+    LOGGER.warning("shared frontier: origin %s has no robots.txt state", key)
+    return OriginState(RobotsRules(), None, wait)

@@ -1,0 +1,508 @@
+"""A process's session with the server of a shared crawl (``--frontier``).
+
+:class:`~trio_crawler._store_redis.RedisFrontier` is the window of the crawl a process
+works on: what it holds, and the operations it has still to send. Everything it says to
+the server goes through one :class:`ClusterSession`, which owns
+
+* the connection: the client, the scripts registered on it, and the one-line refusal of a
+  server that cannot be used before the crawl is joined;
+* the clock: the server's, read once as the session opens, so that every process of a
+  crawl sends the scripts its engine's clock on the server's scale (lua/prelude.lua);
+* joining: the call to ``create.lua`` that creates the crawl or joins it, and what its
+  answer says;
+* the step calls, each retried with backoff while the server is away, for up to a lease
+  (one warning when it goes, one when it is back), after which the session is *lost*;
+* the reads outside the scripts: an origin's robots.txt state, the counts as the process
+  leaves;
+* the session's tasks: listening on the crawl's channel for ``work`` and ``finished``, and
+  renewing the window's leases every third of a lease; and on the way out, having the
+  window give back what it holds, then reading the final counts.
+
+It knows nothing of requests, leases or completions: it asks the window, through the
+:class:`Window` interface, for what to renew and what to give back, and tells it what it
+heard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import secrets
+import socket
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+
+from ._cluster import (
+    ANSWER_TIMEOUT,
+    CONNECT_TIMEOUT,
+    ClusterError,
+    SharedCounts,
+    lost_errors,
+    prefix_of,
+    reason,
+    redis_client,
+    refusal,
+)
+from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
+from ._config import redacted
+from ._frontier import FrontierLost
+from ._robots import origin_of
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from ._cluster_ops import Operation
+    from ._config import CrawlConfig
+    from ._frontier import StoreRuntime
+
+LOGGER = logging.getLogger("trio_crawler")
+
+# The options a process does not send to the server: where the crawl is, and the
+# durable stores' own (none of them says what to crawl).
+_NOT_STORED = ("frontier", "crawl_id", "lease", "state", "recrawl")
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """What the server answered to joining (or creating) the crawl.
+
+    Attributes:
+        created: This process created the crawl.
+        counts: The shared counts as it joined.
+        delay: The crawl's ``--delay``, as its creator set it on the server.
+    """
+
+    created: bool
+    counts: SharedCounts
+    delay: float
+
+
+class Window(Protocol):
+    """What a session asks of the window it serves (a
+    :class:`~trio_crawler._store_redis.RedisFrontier`)."""
+
+    # The crawl's options: its roots and options, to create the crawl or join it.
+    config: CrawlConfig
+
+    def wake(self) -> None:
+        """Something the server said may let the window do more: look again."""
+
+    async def renew(self) -> None:
+        """Renew every lease the window holds (a step call).
+
+        Raises:
+            FrontierLost: The server is lost.
+        """
+
+    async def leave(self) -> None:
+        """Send what waits, and give back every lease still held.
+
+        Raises:
+            FrontierLost: The server is lost.
+        """
+
+
+class ClusterSession:
+    """The session of one process with one shared crawl (see the module docstring).
+
+    Args:
+        config: The crawl's options; ``frontier``, ``crawl_id`` and ``lease`` say where
+            and for how long a call is retried.
+    """
+
+    def __init__(self, config: CrawlConfig) -> None:
+        assert config.frontier is not None
+        self.url = config.frontier
+        self.where = redacted(config.frontier)
+        self.crawl_id = config.crawl_id
+        self.lease = config.lease
+        self.prefix = prefix_of(config.crawl_id)
+        # The name this process's leases are held under on the server.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        # Why the server can no longer be used, once it cannot; then every call refuses.
+        self.lost: str | None = None
+        self.joined = False
+        self._client: Any = None
+        self._step: Any = None
+        self._status: Any = None
+        self._runtime: StoreRuntime | None = None
+        # When the server stopped answering (on the engine's clock), while calls retry.
+        self._away_since: float | None = None
+        # The server's word: the shared counts its last answer (or message) gave, and
+        # whether they are older than the end of this process's part (its report says).
+        self.shared = SharedCounts(1, 0, 0, 0, False, 0)  # unknown until the crawl is joined
+        self.counts_stale = False
+        # The crawl's --delay, as its creator set it on the server.
+        self.base_delay = config.delay
+        # When to ask for work again after a lease that found none (on the engine's clock;
+        # None: now; inf: once something changes), and the number of the last step call
+        # answered that asked for a lease, which makes older "work" messages stale.
+        self.idle_until: float | None = None
+        self.last_call = 0
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`connect` has a client (calls may be made)."""
+        return self._client is not None
+
+    @property
+    def runtime(self) -> StoreRuntime:
+        """The session's runtime, its wall-clock offset the server's."""
+        assert self._runtime is not None, "used outside a session"
+        return self._runtime
+
+    def lose(self, why: str) -> FrontierLost:
+        """Mark the link lost for ``why``: the exception to raise (every later call is
+        refused)."""
+        self.lost = why
+        return FrontierLost(why)
+
+    def note(self) -> str:
+        """The report's line for where the whole shared crawl is (each process reports
+        its own records)."""
+        shared = self.shared
+        return (
+            f"Shared crawl {self.crawl_id}: {shared.done} done, "
+            f"{shared.failed} failed, {shared.queued} queued, {shared.leased} leased"
+            f"{', finished' if shared.finished else ''}"
+            f"{' (last known)' if self.counts_stale else ''}"
+        )
+
+    # -- the session ---------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def open(self, runtime: StoreRuntime, window: Window) -> AsyncIterator[None]:
+        """Connect, join the crawl ``window.config`` names (or create it), listen and
+        renew for ``window``; on exit, have it give back what it holds and read the final
+        counts (shielded, for up to a lease), then leave.
+
+        Raises:
+            ClusterError: No server answers, or it holds another crawl under this name.
+        """
+        async with self.connect(runtime):
+            joined = await self.join(window.config)
+            self.shared, self.base_delay = joined.counts, joined.delay
+            async with anyio.create_task_group() as tasks:
+                await tasks.start(self.listen, window.wake)
+                tasks.start_soon(self._renew, window, runtime.on_lost)
+                try:
+                    yield
+                finally:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(self.lease):
+                        try:
+                            await window.leave()
+                        except FrontierLost as exc:
+                            runtime.on_lost(exc)
+                        # For the report (Todo: and the shared totals): the last answer
+                        # may be older than other processes' work.
+                        counts = await self.read_counts()
+                        if counts is None:
+                            self.counts_stale = True
+                        else:
+                            self.shared = counts
+                    tasks.cancel_scope.cancel()
+
+    async def _renew(self, window: Window, on_lost: Callable[[FrontierLost], None]) -> None:
+        """Have the window renew its leases every third of a lease."""
+        while True:
+            await anyio.sleep(self.lease / 3)
+            try:
+                await window.renew()
+            except FrontierLost as exc:
+                on_lost(exc)
+                return
+
+    # -- the connection and the clock --------------------------------------------------------
+
+    @asynccontextmanager
+    async def connect(self, runtime: StoreRuntime) -> AsyncIterator[None]:
+        """Connect, and read the server's clock; leave on exit.
+
+        Raises:
+            ClusterError: Before the crawl is joined, a server that cannot be used
+                (unreachable, refusing the credentials, no such database).
+        """
+        self._runtime = runtime
+        try:
+            async with redis_client(self.url) as client:
+                self._client = client
+                self._step = client.register_script(STEP)
+                self._status = client.register_script(STATUS)
+                with anyio.fail_after(CONNECT_TIMEOUT + ANSWER_TIMEOUT):
+                    await self._read_server_clock()
+                yield
+        except BaseException as exc:
+            refused = None if self.joined else refusal(exc, self.where)
+            if refused is None:
+                raise
+            raise refused from None
+        finally:
+            self._client = None
+
+    async def _read_server_clock(self) -> None:
+        """Set the runtime's wall-clock offset to the server's clock, read once as the
+        session opens: every process of the crawl then sends the scripts its engine's
+        clock on the server's scale (see lua/prelude.lua), whatever its machine's clock
+        says. The reading is taken halfway through the round trip that brought it."""
+        runtime = self.runtime
+        read_clock = self._client.register_script(CLOCK)
+        await read_clock(keys=[], args=[])  # loaded before the round trip that counts
+        before = runtime.clock()
+        seconds, microseconds = await read_clock(keys=[], args=[])
+        after = runtime.clock()
+        offset = int(seconds) + int(microseconds) / 1e6 - (before + after) / 2
+        self._runtime = dataclasses.replace(runtime, wall_offset=offset)
+
+    def now(self) -> float:
+        """The engine's clock."""
+        return self.runtime.clock()
+
+    def server_clock(self) -> str:
+        """Now, on the server's clock, as a script's clock argument."""
+        runtime = self.runtime
+        return repr(runtime.wall_time(runtime.clock()))
+
+    # -- joining -----------------------------------------------------------------------------
+
+    async def join(self, config: CrawlConfig) -> Joined:
+        """Create the crawl from ``config`` (its roots and options), or join it.
+
+        Raises:
+            ClusterError: The server holds another crawl by this name (other roots, or
+                keys that are no crawl), or none and no roots are given to start one.
+        """
+        roots = json.dumps(list(config.roots), separators=(",", ":"))
+        options = {
+            name: value for name, value in config.keywords().items() if name not in _NOT_STORED
+        }
+        args = [
+            self.prefix,
+            self.server_clock(),
+            roots if config.roots else "[]",
+            json.dumps(options, sort_keys=True),
+            "1" if config.obey_robots else "0",
+            repr(float(config.delay)),
+            "" if config.max_per_host is None else str(config.max_per_host),
+            str(config.max_redirect),
+        ]
+        for root in config.roots:
+            args += [root, origin_of(root)]
+        try:
+            with anyio.fail_after(CONNECT_TIMEOUT + ANSWER_TIMEOUT):
+                answer = await self._client.register_script(CREATE)(
+                    keys=[self.prefix + "meta"], args=args
+                )
+        except BaseException as exc:
+            refused = refusal(exc, self.where)
+            if refused is None:
+                raise
+            raise refused from None
+        if not isinstance(answer, list) or len(answer) != 3:
+            raise ClusterError(f"{self.where} answered nonsense to joining the crawl")
+        outcome, stored, counts = answer
+        if outcome == "mismatch":
+            raise ClusterError(
+                f"crawl {self.crawl_id!r} on {self.where} has other roots: {stored}; "
+                "give the same ROOTs, none, or another --crawl-id"
+            )
+        if outcome == "foreign":
+            raise ClusterError(
+                f"{self.where} holds keys for {self.crawl_id!r} that are not a trio-crawler crawl"
+            )
+        if outcome == "none":
+            raise ClusterError(
+                f"{self.where} holds no crawl named {self.crawl_id!r}; give the ROOTs to start one"
+            )
+        try:
+            shared = SharedCounts.from_answer(counts)
+        except (ValueError, TypeError):
+            raise ClusterError(f"{self.where} answered nonsense to joining the crawl") from None
+        self.joined = True
+        # The crawl's delay is its creator's: a joiner's own --delay is not the server's.
+        delay = await self._client.hget(self.prefix + "meta", "delay")
+        try:
+            seconds = max(0.0, float(delay)) if delay is not None else 0.0
+        except ValueError:
+            seconds = 0.0
+        LOGGER.info(
+            "%s crawl %r on %s as %s",
+            "started" if outcome == "created" else "joined",
+            self.crawl_id,
+            self.where,
+            self.owner,
+        )
+        return Joined(created=outcome == "created", counts=shared, delay=seconds)
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def call(self, ops: list[Operation]) -> dict[str, Any]:
+        """One step call with the operations ``ops``, retried with backoff while
+        the server is away, for up to ``lease`` seconds (after that, other processes may
+        hold this one's leases anyway).
+
+        Returns:
+            The answer: its ``r`` answers each of ``ops``; its counts are :attr:`shared`.
+
+        Raises:
+            FrontierLost: The server was away for that long, or answered nonsense.
+        """
+        run = self.runtime.shielded
+        payload = json.dumps(ops, separators=(",", ":"))
+        give_up = self.now() + self.lease
+        pause = 0.1
+        while True:
+            try:
+                raw = await run(
+                    lambda: self._step(
+                        keys=[self.prefix + "meta"],
+                        args=[
+                            self.prefix,
+                            self.server_clock(),
+                            self.owner,
+                            str(self.lease),
+                            payload,
+                        ],
+                    )
+                )
+                answer = json.loads(raw)
+                if not isinstance(answer, dict):
+                    raise ValueError(f"not an answer: {raw!r:.80}")
+                self._check_answer(answer, ops)
+                if self._away_since is not None:
+                    LOGGER.warning(
+                        "shared frontier %s: the server is back after %.1f s",
+                        self.where,
+                        self.now() - self._away_since,
+                    )
+                    self._away_since = None
+                return answer
+            except lost_errors() as exc:
+                if self.now() + pause > give_up:
+                    raise self.lose(
+                        f"lost the shared frontier at {self.where}: {reason(exc)}"
+                    ) from None
+                self._note_away(exc, give_up)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            except ValueError as exc:
+                raise self.lose(
+                    f"the shared frontier at {self.where} answered nonsense: {exc}"
+                ) from None
+
+    def _check_answer(self, answer: dict[str, Any], ops: list[Operation]) -> None:
+        """Take the shared counts from a step call's answer, and check that it answers
+        each of ``ops`` (its ``r``).
+
+        Raises:
+            FrontierLost: The crawl is gone, or the answer is not one to these operations.
+            ValueError: Its counts are not counts.
+            RuntimeError: The script refused ``ops``: a bug of this process's.
+        """
+        if "bad" in answer:  # the script checked our changes and wrote none of them
+            raise RuntimeError(
+                f"the shared frontier refused change {answer['bad']} of "
+                f"{json.dumps(ops)[:300]}: a bug in trio_crawler"
+            )
+        if answer.get("gone"):
+            raise self.lose(f"the crawl {self.crawl_id!r} is gone from {self.where}")
+        results = answer.get("r")
+        if not isinstance(results, list) or len(results) != len(ops):
+            count = len(results) if isinstance(results, list) else 0
+            raise self.lose(f"{self.where} answered {count} of {len(ops)} changes")
+        try:
+            self.shared = SharedCounts.from_answer(answer.get("c"))
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+
+    def _note_away(self, exc: BaseException, give_up: float) -> None:
+        """One line when the server goes away, saying until when; then one when it is
+        back, or when the crawl gives up: not one per retry."""
+        if self._away_since is not None:
+            LOGGER.debug("shared frontier %s: still away: %s", self.where, reason(exc))
+            return
+        self._away_since = self.now()
+        until = datetime.datetime.fromtimestamp(self.runtime.wall_time(give_up))
+        LOGGER.warning(
+            "shared frontier %s: lost the server (%s); trying again until %s "
+            "(--lease %g s), then stopping",
+            self.where,
+            reason(exc),
+            until.strftime("%H:%M:%S"),
+            self.lease,
+        )
+
+    async def read_origins(self, keys: list[str]) -> list[list[Any]]:
+        """The robots.txt state (``rb``, ``rt``, ``rf``) and delay (``dl``) of each origin.
+
+        Raises:
+            FrontierLost: The server did not answer.
+        """
+        client = self._client
+
+        async def read() -> list[Any]:
+            answers = []
+            for key in keys:
+                answers.append(
+                    await client.hmget(self.prefix + "o:" + key, ["rb", "rt", "rf", "dl"])
+                )
+            return answers
+
+        try:
+            return await self.runtime.shielded(read)
+        except lost_errors() as exc:
+            raise self.lose(f"lost the shared frontier at {self.where}: {reason(exc)}") from None
+
+    async def read_counts(self) -> SharedCounts | None:
+        """The shared counts now (``status.lua``), for a process that leaves; None when
+        the server is lost or does not answer them (logged)."""
+        if self.lost is not None:
+            return None
+        failures: tuple[type[BaseException], ...] = (*lost_errors(), ValueError, TypeError)
+        try:
+            answer = await self._status(
+                keys=[self.prefix + "meta"], args=[self.prefix, self.server_clock()]
+            )
+            return SharedCounts.from_answer(answer)
+        except failures as exc:
+            LOGGER.warning("shared frontier %s: no final counts: %s", self.where, reason(exc))
+            return None
+
+    # -- listening ---------------------------------------------------------------------------
+
+    async def listen(
+        self, wake: Callable[[], None], *, task_status: Any = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Note what the crawl's channel says (``finished``; ``work`` when work comes) and
+        ``wake`` the window; started once subscribed. A server lost ends the listening,
+        logged: the calls notice it and stop the crawl."""
+        channel = self.prefix + "events"
+        async with self._client.pubsub(
+            channels=[channel], ignore_subscribe_messages=True
+        ) as messages:
+            task_status.started()
+            try:
+                async for message in messages:
+                    data = message.get("data") if isinstance(message, dict) else None
+                    if data == "finished":
+                        self.shared = dataclasses.replace(
+                            self.shared, queued=0, leased=0, finished=True
+                        )
+                    elif isinstance(data, str) and data.startswith("work"):
+                        # A lease of this process's, answered after the call that made the
+                        # work, already took what there was: that message is stale.
+                        number = data.removeprefix("work").strip()
+                        if number.isdigit() and int(number) <= self.last_call:
+                            continue
+                        self.idle_until = None
+                    else:
+                        continue
+                    wake()
+            except Exception as exc:
+                # Until then an idle process still wakes at least once a lease period.
+                LOGGER.warning("shared frontier %s: stopped listening: %s", self.where, reason(exc))

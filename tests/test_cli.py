@@ -21,9 +21,11 @@ import platform
 import pty
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -351,13 +353,14 @@ async def test_warc_of_an_interrupted_crawl_is_valid_to_its_last_record(
     assert warcio_check(warc).returncode == 0
 
 
-def run_in_terminal(args: list[str]) -> tuple[int, str]:
-    """Run the CLI with stderr on a pseudo-terminal; return its status and what it drew."""
+def run_in_terminal(args: list[str], stdout: IO[bytes] | None = None) -> tuple[int, str]:
+    """Run the CLI with stderr on a pseudo-terminal (and stdout to ``stdout``, if given);
+    return its status and what it drew."""
     controller, terminal = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "trio_crawler", *args],
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL if stdout is None else stdout,
         stderr=terminal,
         env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
     )
@@ -380,11 +383,50 @@ def run_in_terminal(args: list[str]) -> tuple[int, str]:
 def test_progress_is_drawn_on_a_terminal(engine: str) -> None:
     status, drawn = run_in_terminal(["--demo", "--engine", engine])
     assert status == 0
-    for label in ("done", "queued", "in flight", "pages/s", "errors"):
+    for label in ("done", "queued", "in flight", "pages/s", "error", "fail"):
         assert label in drawn, drawn[-500:]
     # The last line drawn is the finished crawl: every demo page done, nothing queued.
     last = drawn.strip().splitlines()[-1]
     assert last.startswith("333 done  0 queued  0 in flight"), last
+
+
+PROGRESS_LINE = re.compile(
+    r"^(?P<done>\d+) done  (?P<queued>\d+) queued  (?P<in_flight>\d+) in flight  "
+    r"[\d.]+ pages/s  (?P<error>\d+) error  (?P<fail>\d+) fail  \d+:\d\d:\d\d$"
+)
+
+
+@pytest.mark.trio
+async def test_the_last_progress_line_agrees_with_the_report(tmp_path: Path) -> None:
+    """After a crawl with a 404 and a refused connection, the last progress line's
+    numbers are the report's: ``done`` its ``Done``, ``error`` and ``fail`` its counters,
+    queued and in flight its ``Todo``. The line used to say ``0 errors`` beside a report's
+    ``1 error`` (the 404): it counted failures only, under another name."""
+    with socket.socket() as probe:  # a port with nobody listening: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{probe.getsockname()[1]}/down"
+    routes = {
+        "/": Reply.html(f'<a href="/a">a</a> <a href="/gone">g</a> <a href="{refused}">r</a>')
+    }
+    report_path = tmp_path / "report.txt"
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server({**routes, "/a": Reply.html("a page")}) as server:
+            with report_path.open("wb") as report_file:
+                args = ["--ignore-robots", "--max-tries", "1", server.url()]
+                status, drawn = await trio.to_thread.run_sync(run_in_terminal, args, report_file)
+    assert status == 0, drawn[-1000:]
+    report = report_path.read_text()
+    last = drawn.strip().splitlines()[-1]
+    line = PROGRESS_LINE.match(last)
+    assert line is not None, last
+    counters = {
+        name: int(count) for count, name in re.findall(r"^ +(\d+) (\w+)$", report, re.MULTILINE)
+    }
+    assert (counters["error"], counters["status_404"], counters["fail"]) == (1, 1, 1), report
+    assert int(line["error"]) == counters["error"]
+    assert int(line["fail"]) == counters["fail"]
+    assert f"Done: {line['done']}\n" in report, (last, report)
+    assert f"Todo: {int(line['queued']) + int(line['in_flight'])}\n" in report, (last, report)
 
 
 def test_no_progress_turns_it_off_on_a_terminal() -> None:

@@ -40,7 +40,7 @@ from trio_crawler._events import FetchError, FetchRequest, Outcome, Response
 from trio_crawler._fetch import _retry_after
 from trio_crawler._links import choose_encoding, extract_links, parse_content_type
 from trio_crawler._state import REDIRECT_STATUSES, ROBOTS_DISALLOWED, CrawlState
-from trio_crawler._stats import FetchStatistic
+from trio_crawler._stats import FetchStatistic, count_records
 from trio_crawler._stores import open_store
 from trio_crawler._urls import normalize_url
 
@@ -841,7 +841,10 @@ class Driver:
         assert stats.done == len(state.done)
         assert stats.seen == len(state.seen_urls)
         assert stats.in_flight == len(pages) + len(robots)
-        assert stats.failed == sum(record.exception is not None for record in state.done)
+        # The progress line's error and fail are the report's counters of those names.
+        counters = count_records(state.done)
+        assert (stats.error, stats.fail) == (counters["error"], counters["fail"])
+        assert stats.fail == sum(record.exception is not None for record in state.done)
         # Every URL seen is queued, in flight, done, or was turned away by robots.txt.
         disallowed = state.limit_counts[ROBOTS_DISALLOWED]
         assert stats.queued + len(pages) + stats.done + disallowed == stats.seen

@@ -276,7 +276,7 @@ async def test_robots_txt_network_error_fails_every_url_of_that_origin(
         assert exception is not None
         assert exception.startswith("RemoteProtocolError")
     assert records[up.url()].status == 200  # the other origin is not affected
-    assert crawler.statistics().failed == 2
+    assert crawler.statistics().fail == 2
     robots = down.url("/robots.txt")
     assert f"try 3 for {robots} raised RemoteProtocolError" in caplog.text
     assert f"; not fetching from {down.url('/').rstrip('/')}" in caplog.text

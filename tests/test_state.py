@@ -37,7 +37,7 @@ from trio_crawler._events import (
 )
 from trio_crawler._robots import MAX_ROBOTS_REDIRECTS
 from trio_crawler._state import CrawlCounts, CrawlState
-from trio_crawler._stats import FetchStatistic
+from trio_crawler._stats import FetchStatistic, count_records
 
 from support import finish
 
@@ -120,8 +120,8 @@ def counts(state: CrawlState) -> CrawlCounts:
     return state.statistics()
 
 
-def stats(queued: int, in_flight: int, done: int, seen: int, failed: int = 0) -> CrawlCounts:
-    return CrawlCounts(queued=queued, in_flight=in_flight, done=done, seen=seen, failed=failed)
+def stats(queued: int, in_flight: int, done: int, seen: int, fail: int = 0) -> CrawlCounts:
+    return CrawlCounts(queued=queued, in_flight=in_flight, done=done, seen=seen, fail=fail)
 
 
 def open_origin(state: CrawlState, rules: str = "", now: float = 0.0) -> None:
@@ -138,7 +138,7 @@ def test_roots_are_queued_in_order_without_repeats() -> None:
     state, _ = make_state("b.com", "http://a.com/#x", "http://a.com/", "B.com", obey_robots=False)
     assert state.config.roots == ("http://b.com/", "http://a.com/")
     assert state.seen_urls == {"http://b.com/", "http://a.com/"}
-    assert counts(state) == CrawlCounts(queued=2, in_flight=0, done=0, seen=2, failed=0)
+    assert counts(state) == CrawlCounts(queued=2, in_flight=0, done=0, seen=2, fail=0)
     assert not state.finished
     assert take(state).url == "http://b.com/"
     assert take(state).url == "http://a.com/"
@@ -148,7 +148,7 @@ def test_one_page_with_links_then_finished() -> None:
     state, written = make_state(max_redirect=3, obey_robots=False)
     root = take(state)
     assert root == FetchRequest(url=ROOT, redirects_left=3, attempt=1, depth=0)
-    assert counts(state) == CrawlCounts(queued=0, in_flight=1, done=0, seen=1, failed=0)
+    assert counts(state) == CrawlCounts(queued=0, in_flight=1, done=0, seen=1, fail=0)
     assert state.in_flight == {ROOT}
     assert state.next_request(now=0.0) is None  # nothing to do *yet*
     assert not state.finished  # ... but the page in flight may add links
@@ -166,7 +166,7 @@ def test_one_page_with_links_then_finished() -> None:
     )
     assert state.done == written == [record]
     assert state.seen_urls == {ROOT, ROOT + "a", ROOT + "b"}
-    assert counts(state) == CrawlCounts(queued=2, in_flight=0, done=1, seen=3, failed=0)
+    assert counts(state) == CrawlCounts(queued=2, in_flight=0, done=1, seen=3, fail=0)
     # Links are queued sorted, with the full redirect budget, one hop deeper.
     assert take(state) == FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
     page_b = take(state)
@@ -177,7 +177,7 @@ def test_one_page_with_links_then_finished() -> None:
     page_a = FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
     assert finish(state, page_a, html(), now=0.0) is None
     assert state.finished
-    assert counts(state) == CrawlCounts(queued=0, in_flight=0, done=3, seen=3, failed=0)
+    assert counts(state) == CrawlCounts(queued=0, in_flight=0, done=3, seen=3, fail=0)
 
 
 def test_finishing_a_url_not_in_flight_is_an_engine_bug() -> None:
@@ -253,7 +253,7 @@ def test_network_errors_are_retried_then_recorded(caplog: pytest.LogCaptureFixtu
         assert retry.attempt == 3
         assert finish(state, retry, failure, now=0.0) is None
     assert written == [FetchStatistic(url=ROOT, exception="ConnectError: refused")]
-    assert counts(state) == CrawlCounts(queued=0, in_flight=0, done=1, seen=1, failed=1)
+    assert counts(state) == CrawlCounts(queued=0, in_flight=0, done=1, seen=1, fail=1)
     messages = [record.getMessage() for record in caplog.records]
     assert messages == [
         f"try 1 for {ROOT} raised ConnectError: refused",
@@ -343,6 +343,46 @@ def test_stop_scheduling_lets_in_flight_urls_finish() -> None:
     finish(state, first, html("/more"), now=0.0)
     assert state.finished
     assert counts(state).todo == 2  # b.com and a.com/more were never fetched
+
+
+def test_errors_and_failures_are_counted_as_the_report_counts_them() -> None:
+    """statistics() counts ``error`` (an HTTP error status) and ``fail`` (every try
+    failed) with the report's own classification: the progress line once said ``0 errors``
+    beside a report's ``1 error`` (a 404), counting failures only."""
+    state, written = make_state(obey_robots=False, max_tries=1)
+    finish(state, take(state), html("/missing", "/refused", "/moved"), now=0.0)
+    outcomes = {
+        ROOT + "missing": html(status=404),
+        ROOT + "refused": REFUSED,
+        ROOT + "moved": Response(status=302),  # no Location: an error, as in the chapter
+    }
+    for _ in outcomes:
+        request = take(state)
+        finish(state, request, outcomes[request.url], now=0.0)
+    assert state.finished
+    assert counts(state) == CrawlCounts(queued=0, in_flight=0, done=4, seen=4, error=2, fail=1)
+    report = count_records(written)
+    assert (report["error"], report["fail"], report["html"]) == (2, 1, 1)
+
+
+def test_urls_another_process_holds_are_leased_elsewhere_not_queued(store: str) -> None:
+    """In a shared crawl, a URL another process holds is neither queued nor in flight
+    here: it is ``leased_elsewhere`` (``--status``'s ``leased``), and still in ``todo``.
+    The progress line used to show a dead peer's 17 leases as ``17 queued``."""
+    if store != "redis":
+        pytest.skip("only a shared crawl has URLs that other processes hold")
+    other, _ = make_state(obey_robots=False, crawl_id="two-processes", max_tasks=1)
+    mine, _ = make_state(obey_robots=False, crawl_id="two-processes")
+    held = take(other)
+    assert held.url == ROOT
+    assert mine.next_request(now=0.0) is None  # the root is the other process's
+    assert counts(mine) == CrawlCounts(queued=0, in_flight=0, leased_elsewhere=1, done=0, seen=1)
+    assert counts(mine).todo == 1
+    assert not mine.finished  # the other process may die, and its lease run out
+    finish(other, held, html(), now=0.0)  # done, with no links: the crawl is finished
+    assert mine.next_request(now=0.0) is None
+    assert mine.finished
+    assert counts(mine) == CrawlCounts(queued=0, in_flight=0, leased_elsewhere=0, done=0, seen=1)
 
 
 def _raised_from(outer: Exception, inner: BaseException, *, hide: bool) -> Exception:
@@ -626,7 +666,7 @@ def test_robots_txt_network_error_fails_every_url_of_the_origin(
         FetchStatistic(url=ROOT + "a", exception="ConnectError: refused"),
     ]
     assert written == failures
-    assert state.statistics() == stats(queued=1, in_flight=1, done=2, seen=3, failed=2)
+    assert state.statistics() == stats(queued=1, in_flight=1, done=2, seen=3, fail=2)
 
     # A URL of the dead origin found later fails the same way, without another try.
     finish(state, other_robots, robots_txt(status=404), now=0.0)
@@ -634,7 +674,7 @@ def test_robots_txt_network_error_fails_every_url_of_the_origin(
     assert state.next_request(now=0.0) is None
     assert written[-1] == FetchStatistic(url=ROOT + "later", exception="ConnectError: refused")
     assert state.finished
-    assert state.statistics() == stats(queued=0, in_flight=0, done=4, seen=4, failed=3)
+    assert state.statistics() == stats(queued=0, in_flight=0, done=4, seen=4, fail=3)
 
 
 def test_robots_txt_error_a_retry_cannot_fix_fails_at_once() -> None:

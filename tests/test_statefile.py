@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 from stores import manual_runtime
 
 from trio_crawler._config import CrawlConfig
-from trio_crawler._events import Committing, FetchRequest, Response
+from trio_crawler._events import Committing, FetchError, FetchRequest, Outcome, Response
 from trio_crawler._state import CrawlState
 from trio_crawler._statefile import StateFile, StateFileError
+from trio_crawler._stats import count_records
 from trio_crawler._store_sqlite import StoredFrontier, open_state_store
 from trio_crawler.engine_trio import Crawler
 
@@ -71,6 +72,49 @@ def test_pages_fetched_when_the_crawl_is_cut_short_are_committed_on_close(
         assert [record.url for record in store.records()] == [ROOT]
         assert store.records()[0].num_new_urls == 2
         assert (store.queued, store.seen_count) == (2, 3)
+    finally:
+        store.close()
+
+
+def test_a_resumed_crawl_counts_errors_and_failures_as_its_report_does(
+    tmp_path: Path,
+) -> None:
+    """A resumed run's counts (the progress line's ``error`` and ``fail``) include the
+    earlier runs' records, classified as the report classifies them, and a row that is
+    not a record (damaged) in neither."""
+    path = tmp_path / "crawl.db"
+    state, store = open_crawl(path, max_tries=1)
+    outcomes: dict[str, Outcome] = {
+        ROOT: html([1, 2, 3]),
+        "http://site.test/1": Response(status=404, body=b"gone"),
+        "http://site.test/2": FetchError(error="ConnectError: refused", retryable=True),
+        "http://site.test/3": Response(status=302, location="/0"),
+    }
+    for _ in outcomes:
+        store.commit_waiting()
+        request = state.next_request(now=0.0)
+        assert request is not None
+        state.attempt_started(request, now=0.0)
+        state.attempt_finished(request, outcomes[request.url], now=0.0)
+    store.commit_waiting()
+    assert state.finished
+    before = state.statistics()
+    store.close()
+    db = sqlite3.connect(path)
+    db.executemany(
+        "INSERT INTO records (pass, failed, json) VALUES (1, 0, ?)", [("not json",), ("[]",)]
+    )
+    db.commit()
+    db.close()
+
+    state, store = open_crawl(path)
+    try:
+        counters = count_records(store.records())
+        after = state.statistics()
+        assert after.done == len(store.records()) == 4
+        assert (after.error, after.fail) == (1, 1)
+        assert (after.error, after.fail) == (before.error, before.fail)
+        assert (counters["error"], counters["fail"], counters["redirect"]) == (1, 1, 1)
     finally:
         store.close()
 

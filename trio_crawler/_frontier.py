@@ -215,12 +215,13 @@ class Resumed:
 
     Attributes:
         records: Records made so far in this pass.
-        failed: Of those, how many are failures.
+        kinds: Of those, how many of each :attr:`~trio_crawler._stats.FetchStatistic.kind`
+            (the report's classes: ``fail``, ``error``...).
         limit_counts: The report's limit counters so far.
     """
 
     records: int
-    failed: int
+    kinds: Mapping[str, int]
     limit_counts: Mapping[str, int]
 
 
@@ -295,16 +296,24 @@ class StoreRuntime:
 class Frontier(Protocol):
     """What the pure core calls: synchronous, never blocking (see the module docstring).
 
-    Counts have one meaning on every store: ``queued`` is every URL of the crawl waiting
-    to be handed out (in memory, in the file, on the server); ``in_flight_count`` the
-    requests this process holds (robots.txt included) and changes of its own not yet kept;
-    ``seen_count`` every URL the crawl has seen. For a shared crawl, URLs other processes
-    hold are in neither of this process's counts but in :meth:`StoreShell.report_notes`.
+    Counts have one meaning on every store: ``queued`` is every URL of the crawl that this
+    process does not hold and may yet be handed (waiting in memory, in the file, on the
+    server, and in a shared crawl those other processes hold, which come back if their
+    process dies: so a process is not finished while any may); ``held_elsewhere`` the part
+    of ``queued`` that other processes hold; ``in_flight_count`` the requests this process
+    holds (robots.txt included) and changes of its own not yet kept; ``seen_count`` every
+    URL the crawl has seen.
     """
 
     @property
     def queued(self) -> int:
-        """URLs waiting to be handed out, wherever the store keeps them."""
+        """URLs this process does not hold and may yet be handed, wherever they are kept."""
+        ...
+
+    @property
+    def held_elsewhere(self) -> int:
+        """URLs other processes of a shared crawl hold (leased, not done), counted in
+        :attr:`queued` too; 0 for a crawl of one process."""
         ...
 
     @property

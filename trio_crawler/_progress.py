@@ -9,6 +9,12 @@ so rich prints them above the line instead of through it.
 
 The CLI shows it only when stderr is a terminal: in a pipe or a log file, a line rewritten
 ten times a second would be noise.
+
+Its numbers are the report's, under the report's names: ``done`` is its ``Done``; ``error``
+(HTTP error statuses) and ``fail`` (every try failed) are its counters of those names, from
+the same classification of records (:attr:`~trio_crawler._stats.FetchStatistic.kind`);
+queued, in flight and, in a shared crawl, ``leased elsewhere`` (URLs other processes hold,
+``--status``'s ``leased`` less this process's) add up to its ``Todo``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ RATE_WINDOW = 3.0
 
 
 class ProgressDisplay:
-    """One line: pages done, queued, in flight, pages per second, errors, elapsed time."""
+    """One line: records done, queued, in flight (and leased elsewhere, in a shared crawl),
+    pages per second, the report's ``error`` and ``fail``, elapsed time."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console if console is not None else Console(stderr=True)
@@ -85,9 +92,14 @@ class ProgressDisplay:
         text.append(" queued  ")
         text.append(f"{stats.in_flight}", style="bold")
         text.append(" in flight  ")
+        if stats.leased_elsewhere:
+            text.append(f"{stats.leased_elsewhere}", style="bold")
+            text.append(" leased elsewhere  ")
         text.append(f"{rate:.1f}", style="bold cyan")
         text.append(" pages/s  ")
-        text.append(f"{stats.failed}", style="bold red" if stats.failed else "bold")
-        text.append(" errors  ")
+        text.append(f"{stats.error}", style="bold red" if stats.error else "bold")
+        text.append(" error  ")
+        text.append(f"{stats.fail}", style="bold red" if stats.fail else "bold")
+        text.append(" fail  ")
         text.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
         return text

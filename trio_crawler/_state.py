@@ -109,26 +109,34 @@ RETRIED_LATER = "retried_after_wait"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CrawlCounts:
-    """A snapshot of a crawl's progress, for progress displays and the report.
+    """A snapshot of a crawl's progress, for progress displays and the report, whose
+    ``Done``, ``Todo``, ``error`` and ``fail`` it counts (records classified by
+    :attr:`~trio_crawler._stats.FetchStatistic.kind`, as the report's counters are).
 
     Attributes:
-        queued: URLs waiting in the frontier.
+        queued: URLs waiting to be handed out (not those ``leased_elsewhere``).
         in_flight: URLs handed to an engine and not yet finished (robots.txt included).
+        leased_elsewhere: URLs other processes of a shared crawl hold (in ``--status``'s
+            ``leased``); they come back if their process dies. 0 for one process.
         done: URLs with a record.
         seen: URLs queued, in flight or done.
-        failed: Records with an exception.
+        error: Records of an HTTP error status (404, 500, ...): the report's ``error``.
+        fail: Records whose every try failed: the report's ``fail``, ``--status``'s
+            ``failed``.
     """
 
     queued: int
     in_flight: int
+    leased_elsewhere: int = 0
     done: int
     seen: int
-    failed: int
+    error: int = 0
+    fail: int = 0
 
     @property
     def todo(self) -> int:
-        """URLs queued but not finished: the report's ``Todo``."""
-        return self.queued + self.in_flight
+        """URLs queued but not finished, wherever they are held: the report's ``Todo``."""
+        return self.queued + self.in_flight + self.leased_elsewhere
 
 
 class CrawlState:
@@ -166,7 +174,8 @@ class CrawlState:
         self._on_record = on_record
         # URLs handed out for their first attempt, or settled unfetched: the max_pages budget.
         self._started = 0
-        self._failed = 0
+        # Records by kind (the report's classes), for the progress line's error and fail.
+        self._kinds: Counter[str] = Counter()
         self._recorded = 0
         # Records the earlier runs of a resumed crawl made: not this run's (records_made).
         self._recorded_before = 0
@@ -177,7 +186,7 @@ class CrawlState:
             # What a durable store kept of the crawl so far.
             self.limit_counts.update(resumed.limit_counts)
             self._started = self._recorded = self._recorded_before = resumed.records
-            self._failed = resumed.failed
+            self._kinds.update(resumed.kinds)
         # A batch each, so that roots go out in the order given. A durable store that
         # resumes a crawl already has them, and says none is new.
         roots = tuple(
@@ -336,12 +345,17 @@ class CrawlState:
 
     def statistics(self) -> CrawlCounts:
         """A frozen snapshot of the crawl's counts."""
+        # A shared crawl's queued holds other processes' leases (work that may come back
+        # here); the snapshot shows them apart, as --status does.
+        elsewhere = self.frontier.held_elsewhere
         return CrawlCounts(
-            queued=self.frontier.queued,
+            queued=max(0, self.frontier.queued - elsewhere),
             in_flight=self.frontier.in_flight_count,
+            leased_elsewhere=elsewhere,
             done=self._recorded,
             seen=self.frontier.seen_count,
-            failed=self._failed,
+            error=self._kinds["error"],
+            fail=self._kinds["fail"],
         )
 
     # -- decisions ------------------------------------------------------------------------
@@ -475,8 +489,7 @@ class CrawlState:
         if self._keep_records:
             self.done.append(record)
         self._recorded += 1
-        if record.exception is not None:
-            self._failed += 1
+        self._kinds[record.kind] += 1
         if self._on_record is not None:
             self._on_record(record)
         return Recorded(record)

@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import sqlite3
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,7 @@ from ._statefile_rows import (
     SCHEMA_VERSION,
     OriginNote,
 )
+from ._stats import FetchStatistic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -221,12 +223,27 @@ class StateFile:
 
     def resumed(self) -> Resumed:
         """This pass's record counts and limit counters so far."""
-        records, failed = self._db.execute(
-            "SELECT count(*), coalesce(sum(failed), 0) FROM records WHERE pass = ?",
+        groups = self._db.execute(
+            "SELECT json_extract(json, '$.status'), json_extract(json, '$.content_type'),"
+            " json_extract(json, '$.exception') IS NOT NULL,"
+            " json_extract(json, '$.next_url') IS NOT NULL, count(*)"
+            " FROM records WHERE pass = ?"
+            " AND CASE WHEN json_valid(json) THEN json_type(json) = 'object' END"
+            " GROUP BY 1, 2, 3, 4",
             (self.pass_number,),
-        ).fetchone()
+        )
+        kinds: Counter[str] = Counter()
+        for status, content_type, failed, redirected, count in groups:
+            shape = FetchStatistic(
+                url="",
+                status=status,
+                content_type=content_type,
+                exception="?" if failed else None,
+                next_url="?" if redirected else None,
+            )
+            kinds[shape.kind] += count
         limits = json.loads(self._get("limit_counts"))
-        return Resumed(records=records, failed=failed, limit_counts=limits)
+        return Resumed(records=sum(kinds.values()), kinds=kinds, limit_counts=limits)
 
     def origins(self) -> list[OriginNote]:
         """Every origin whose robots.txt or waits were kept."""

@@ -3,6 +3,12 @@
 One FetchStatistic is made per URL that finished, fetched or given up on. Its nine field
 names are the chapter's and are part of the public contract (the CLI writes them as JSON
 Lines; scripts read them), so the dataclass is frozen and its field order fixed.
+
+Every count of records by what became of them is made here, from one definition: a
+record's :attr:`FetchStatistic.kind`. The report's counters (:func:`count_records`), the
+progress line's ``error`` and ``fail`` (the core's
+:class:`~trio_crawler._state.CrawlCounts`) and a resumed crawl's counts read back from a
+state file all classify records with it, so the numbers on one screen cannot disagree.
 """
 
 from __future__ import annotations

@@ -67,6 +67,11 @@ class MemoryFrontier:
         return self.scheduler.queued
 
     @property
+    def held_elsewhere(self) -> int:
+        """0: no other process works on this crawl."""
+        return 0
+
+    @property
     def in_flight(self) -> frozenset[str]:
         """Page URLs handed out and not yet completed (robots.txt fetches not included)."""
         return self.scheduler.in_flight

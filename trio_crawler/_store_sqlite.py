@@ -166,6 +166,11 @@ class StoredFrontier:
         return self.scheduler.queued + self._unloaded
 
     @property
+    def held_elsewhere(self) -> int:
+        """0: no other process works on this crawl."""
+        return 0
+
+    @property
     def in_flight(self) -> frozenset[str]:
         return self.scheduler.in_flight
 

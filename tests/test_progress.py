@@ -1,0 +1,33 @@
+"""The live progress line (``_progress.py``), drawn from a snapshot of the crawl's counts.
+
+Its numbers are the report's, under the report's names; the command drawing it on a real
+terminal after a crawl, beside that crawl's report, is test_cli.py's.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from trio_crawler._progress import ProgressDisplay
+from trio_crawler._state import CrawlCounts
+
+
+def line(stats: CrawlCounts) -> str:
+    display = ProgressDisplay(Console(file=io.StringIO(), width=200))
+    return display.render(stats).plain
+
+
+def test_the_line_names_its_counts_as_the_report_does() -> None:
+    drawn = line(CrawlCounts(queued=4, in_flight=2, done=12, seen=18, error=3, fail=1))
+    assert drawn.startswith("12 done  4 queued  2 in flight  0.0 pages/s  3 error  1 fail  ")
+    assert "leased elsewhere" not in drawn  # a crawl of one process has none
+
+
+def test_urls_other_processes_hold_are_not_shown_as_queued() -> None:
+    """A shared crawl whose peer died holding 17 leases: nothing is queued, 17 are
+    leased elsewhere (``--status`` says ``queued: 0``, ``leased: 17``)."""
+    stats = CrawlCounts(queued=0, in_flight=0, leased_elsewhere=17, done=5, seen=22)
+    assert stats.todo == 17
+    assert line(stats).startswith("5 done  0 queued  0 in flight  17 leased elsewhere  0.0 pages/s")

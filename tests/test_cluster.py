@@ -516,7 +516,7 @@ async def test_a_joiner_gives_up_when_no_crawl_comes(redis: RedisServer) -> None
     crawl; the server was asked a few times with growing pauses, not in a busy loop."""
     import coredis
 
-    from trio_crawler._cluster import ClusterError, shared_roots
+    from trio_crawler._cluster import ClusterError, shared_crawl
 
     with trio.fail_after(HANG_LIMIT):
         started = trio.current_time()
@@ -525,7 +525,7 @@ async def test_a_joiner_gives_up_when_no_crawl_comes(redis: RedisServer) -> None
             match=r"^frontier redis://127\.0\.0\.1:\d+/0 holds no crawl named 'docs' "
             r"\(waited 1\.5 s for one\); give ROOTs to start one$",
         ):
-            await shared_roots(redis.url(), "docs", wait=1.5)
+            await shared_crawl(redis.url(), "docs", wait=1.5)
         waited = trio.current_time() - started
         async with coredis.Redis.from_url(redis.url(), decode_responses=True) as client:
             stats = await client.info("commandstats")

@@ -30,7 +30,7 @@ import logging
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
@@ -51,6 +51,7 @@ from ._stores import check_output
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
+    from ._config import CrawlKeywords
     from ._progress import ProgressDisplay
 
 # main is the console entry point; ENGINES and parse_args are _cli_args', named here too
@@ -260,7 +261,7 @@ class CrawlRun:
             return EXIT_FAILED
         return EXIT_OK
 
-    def _make_crawler(self, roots: Sequence[str]) -> AnyCrawler:
+    def _make_crawler(self, roots: Sequence[str], keywords: CrawlKeywords) -> AnyCrawler:
         crawler_class = ENGINES[self.options.engine][0]
         outputs = self.outputs
         crawler = crawler_class(
@@ -268,24 +269,27 @@ class CrawlRun:
             on_record=outputs.write_record if outputs.output_path is not None else None,
             on_exchange=outputs.write_exchange if outputs.warc_path is not None else None,
             on_progress=self.progress.update if self.progress is not None else None,
-            **self.options.crawl_keywords(),
+            **keywords,
         )
         # The files open once the store's session is (a shared crawl joined).
         crawler.open_outputs = outputs.open
         self.crawler = crawler
         return crawler
 
-    async def _join_roots(self, frontier: str, signals: AsyncIterator[int]) -> Sequence[str] | None:
-        """The roots of the shared crawl this process joins without ROOTs; None if there is
-        no such crawl (then :attr:`unusable_state` says why) or a signal came first.
+    async def _join_shared(
+        self, frontier: str, signals: AsyncIterator[int], roots: Sequence[str]
+    ) -> tuple[Sequence[str], CrawlKeywords] | None:
+        """The roots and options of a process of a shared crawl: as given, and for a crawl
+        that exists, its roots if none are given and its stored options where left out
+        (see :func:`~trio_crawler._cluster.options_for_joining`); None if they cannot be
+        used (then :attr:`unusable_state` says why) or a signal came first.
 
-        The crawl may not exist yet, and is waited for (see
-        :func:`~trio_crawler._cluster.shared_roots`): Ctrl-C or SIGTERM meanwhile ends the
-        wait, and the run, at once.
+        A process given no ROOTs waits for the crawl to be created: Ctrl-C or SIGTERM
+        meanwhile ends the wait, and the run, at once.
         """
-        from ._cluster import shared_roots
+        from ._cluster import options_for_joining
 
-        found: list[Sequence[str]] = []
+        found: list[tuple[Sequence[str], CrawlKeywords]] = []
         async with anyio.create_task_group() as waiting:
 
             async def stop_on_signal() -> None:
@@ -295,7 +299,13 @@ class CrawlRun:
 
             waiting.start_soon(stop_on_signal)
             try:
-                found.append(await shared_roots(frontier, self.options.crawl.crawl_id))
+                joined, options = await options_for_joining(
+                    frontier,
+                    self.options.crawl.crawl_id,
+                    roots=roots,
+                    given=self.options.crawl_keywords(),
+                )
+                found.append((joined, cast("CrawlKeywords", options)))
             except ConfigError as exc:
                 self.unusable_state = exc
             waiting.cancel_scope.cancel("joined")
@@ -315,14 +325,15 @@ class CrawlRun:
                     from ._demo import serve_demo
 
                     roots = [await task_group.start(serve_demo)]
+                keywords = self.options.crawl_keywords()
                 frontier = self.options.crawl.frontier
-                if frontier is not None and not roots:  # joining: the server names them
-                    joined = await self._join_roots(frontier, signals)
-                    if joined is None:  # a signal, or no such crawl (unusable_state)
+                if frontier is not None:  # the crawl may exist: its roots and options
+                    joined = await self._join_shared(frontier, signals, roots)
+                    if joined is None:  # a signal, no such crawl, other options
                         return
-                    roots = joined
+                    roots, keywords = joined
                 try:
-                    crawler = self._make_crawler(roots)
+                    crawler = self._make_crawler(roots, keywords)
                 except ConfigError as exc:  # the options were checked: this is the store's
                     self.unusable_state = exc
                     task_group.cancel_scope.cancel("unusable store")

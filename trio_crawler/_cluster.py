@@ -3,8 +3,15 @@
 The store that keeps a crawl on the server is :mod:`trio_crawler._store_redis`; this module
 is what it and the command line need to talk to the server at all: the client (with TLS
 verified by default), the one-line errors for a server that cannot be used, the crawl's key
-prefix, its counts (``--status``), its roots (for a process that joins without them), and
+prefix, its counts (``--status``), its roots and options (for a process that joins it), and
 how a queued request is written on the server.
+
+Options between processes. The options that say *what* to crawl (those declared ``fixed``,
+as for ``--state``) are the creating process's, and so are ``--delay`` and
+``--max-per-host``, which the server keeps for all processes together: a joiner that
+leaves them out runs with the stored values, and one that gives other values is refused
+(:func:`keep_shared_options`, before the crawler is made; and again as the process joins,
+for one that raced the creator).
 """
 
 from __future__ import annotations
@@ -13,15 +20,18 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
 from ._cluster_scripts import STATUS
-from ._config import ConfigError, redacted
+from ._config import ConfigError, CrawlOptions, OptionChanged, declared_options, redacted
 from ._events import FetchRequest
 from ._robots import origin_of
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -93,10 +103,11 @@ def lost_errors() -> tuple[type[BaseException], ...]:
     return (coredis.exceptions.ConnectionError, TimeoutError, OSError)
 
 
-def refusal(exc: BaseException, where: str) -> ClusterError | None:
+def refusal(exc: BaseException, where: str) -> ConfigError | None:
     """The one-line error for a server that cannot be used (unreachable, or refusing our
-    credentials), found in ``exc`` or the group that carries it; None for anything else
-    (a bug, which must surface as one)."""
+    credentials) or a crawl that cannot be joined (a :class:`ClusterError`, an
+    :class:`~trio_crawler._config.OptionChanged`), found in ``exc`` or the group that
+    carries it; None for anything else (a bug, which must surface as one)."""
     import coredis.exceptions
 
     if isinstance(exc, BaseExceptionGroup):
@@ -105,7 +116,7 @@ def refusal(exc: BaseException, where: str) -> ClusterError | None:
             if found is not None:
                 return found
         return None
-    if isinstance(exc, ClusterError):
+    if isinstance(exc, ConfigError):
         return exc
     if isinstance(exc, coredis.exceptions.AuthenticationRequiredError):
         # NOAUTH: none was given. Redis's own words ("HELLO must be called with the client
@@ -191,14 +202,27 @@ async def read_status(url: str, crawl_id: str) -> SharedCounts:
         raise ClusterError(f"{where}: crawl {crawl_id!r} is not a trio-crawler crawl") from None
 
 
-async def shared_roots(url: str, crawl_id: str, *, wait: float = JOIN_WAIT) -> tuple[str, ...]:
-    """The roots of the shared crawl ``crawl_id``, for a process that joins it without them.
+@dataclass(frozen=True, slots=True)
+class SharedCrawl:
+    """A shared crawl as a process that joins it finds it: its roots and its options
+    (as its creator stored them: every option, by name)."""
 
-    A crawl not there yet is looked for again, at growing intervals, for ``wait`` seconds:
-    the process given the ROOTs may be starting at the same moment as this one.
+    roots: tuple[str, ...]
+    options: Mapping[str, Any]
+
+
+async def shared_crawl(url: str, crawl_id: str, *, wait: float = JOIN_WAIT) -> SharedCrawl | None:
+    """The shared crawl ``crawl_id``, for a process that joins it.
+
+    A crawl not there yet is looked for again, at growing intervals, for ``wait`` seconds
+    (none for ``wait`` 0): the process given the ROOTs may be starting at the same moment.
+
+    Returns:
+        The crawl; None when ``wait`` is 0 and there is none.
 
     Raises:
-        ClusterError: No server answers, or it holds no such crawl after ``wait`` seconds.
+        ClusterError: No server answers; it holds no such crawl after ``wait`` seconds
+            (more than 0), or keys under that name that are not a crawl.
     """
     where = redacted(url)
     try:
@@ -209,32 +233,109 @@ async def shared_roots(url: str, crawl_id: str, *, wait: float = JOIN_WAIT) -> t
         if refused is None:
             raise
         raise refused from None
-    version, roots = meta
+    version, roots, options = meta
     if version is None:
+        if wait <= 0:
+            return None
         raise ClusterError(
             f"{where} holds no crawl named {crawl_id!r} (waited {wait:g} s for one); "
             "give ROOTs to start one"
         )
     try:
         stored = json.loads(roots) if version == "1" else None
+        kept = json.loads(options) if options is not None else {}
     except (TypeError, ValueError):
-        stored = None
-    if not (isinstance(stored, list) and stored and all(isinstance(r, str) for r in stored)):
+        stored = kept = None
+    if not (
+        isinstance(stored, list)
+        and stored
+        and all(isinstance(r, str) for r in stored)
+        and isinstance(kept, dict)
+    ):
         raise ClusterError(f"{where}: crawl {crawl_id!r} is not a trio-crawler crawl")
-    return tuple(stored)
+    return SharedCrawl(tuple(stored), kept)
+
+
+async def options_for_joining(
+    url: str, crawl_id: str, *, roots: Sequence[str], given: Mapping[str, Any]
+) -> tuple[Sequence[str], dict[str, Any]]:
+    """The roots and options a process of the shared crawl ``crawl_id`` runs with: the
+    ``roots`` and options ``given`` to it, and if the crawl exists, its roots when none
+    are given (waiting for it as :func:`shared_crawl` does) and its stored values of the
+    shared options left out (see :func:`keep_shared_options`).
+
+    Raises:
+        ClusterError: No server answers; no roots are given and no such crawl comes.
+        OptionChanged: A shared option is given another value than the crawl's.
+    """
+    found = await shared_crawl(url, crawl_id, wait=0.0 if roots else JOIN_WAIT)
+    if found is None:  # a new crawl: this process creates it (or joins the one that won)
+        return roots, dict(given)
+    options = keep_shared_options(given, found.options, where=where_of(url, crawl_id))
+    return roots or found.roots, options
+
+
+# The options the server keeps for every process of a shared crawl, besides those that say
+# what to crawl: its manners, which hold for all processes together.
+SHARED_MANNERS = ("delay", "max_per_host")
+
+
+def where_of(url: str, crawl_id: str) -> str:
+    """Where a shared crawl is, for a message (the URL's password hidden)."""
+    return f"{redacted(url)} (--crawl-id {crawl_id})"
+
+
+def keep_shared_options(
+    given: Mapping[str, Any], stored: Mapping[str, Any], *, where: str
+) -> dict[str, Any]:
+    """The options of a process that joins a shared crawl: those ``given`` to it, and for
+    each shared option (one that says what to crawl, declared ``fixed``, or one of
+    :data:`SHARED_MANNERS`) not given, the value the crawl was created with (``stored``).
+    A stored option that is missing is left to the process.
+
+    Raises:
+        OptionChanged: A shared option is given with another value than the stored one.
+        ClusterError: A stored value is no value of its option (the crawl is damaged).
+    """
+    options = dict(given)
+    for declared, spec in declared_options(CrawlOptions):
+        name = declared.name
+        if not (spec.fixed or name in SHARED_MANNERS) or name not in stored:
+            continue
+        kept = stored[name]
+        if spec.check is not None and (kept is not None or declared.default is not None):
+            try:
+                kept = spec.check(name, kept)
+            except ConfigError as exc:
+                raise ClusterError(
+                    f"{where}: its crawl was made with {exc}; the crawl is damaged"
+                ) from None
+        if name not in given:
+            options[name] = kept
+            continue
+        value = given[name]
+        try:
+            value = value if spec.check is None or value is None else spec.check(name, value)
+        except ConfigError:
+            continue  # the given value is unusable: CrawlOptions says so, in its own words
+        if value != kept:
+            raise OptionChanged(name, given=value, stored=kept, where=where)
+    return options
 
 
 async def _wait_for_crawl(client: Any, crawl_id: str, wait: float, where: str) -> list[Any]:
-    """The crawl's version and roots, once it exists or ``wait`` seconds have passed
-    (then the version is None). One look per pause, each pause twice the last."""
+    """The crawl's version, roots and options, once it exists or ``wait`` seconds have
+    passed (then the version is None). One look per pause, each pause twice the last."""
     deadline = anyio.current_time() + wait
     pause = JOIN_FIRST_PAUSE
     while True:
-        meta: list[Any] = list(await client.hmget(prefix_of(crawl_id) + "meta", ["v", "roots"]))
+        meta: list[Any] = list(
+            await client.hmget(prefix_of(crawl_id) + "meta", ["v", "roots", "options"])
+        )
         left = deadline - anyio.current_time()
         if meta[0] is not None or left <= 0:
             return meta
-        if pause == JOIN_FIRST_PAUSE:
+        if pause == JOIN_FIRST_PAUSE and wait > 0:
             LOGGER.info(
                 "no crawl named %r on %s yet: waiting up to %g s for a process with ROOTs "
                 "to start it",

@@ -43,11 +43,13 @@ from ._cluster import (
     CONNECT_TIMEOUT,
     ClusterError,
     SharedCounts,
+    keep_shared_options,
     lost_errors,
     prefix_of,
     reason,
     redis_client,
     refusal,
+    where_of,
 )
 from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
 from ._config import redacted
@@ -276,6 +278,8 @@ class ClusterSession:
         Raises:
             ClusterError: The server holds another crawl by this name (other roots, or
                 keys that are no crawl), or none and no roots are given to start one.
+            OptionChanged: The crawl exists, with other values of an option that says
+                what to crawl, or of ``delay`` or ``max_per_host``.
         """
         roots = json.dumps(list(config.roots), separators=(",", ":"))
         options = {
@@ -303,9 +307,9 @@ class ClusterSession:
             if refused is None:
                 raise
             raise refused from None
-        if not isinstance(answer, list) or len(answer) != 3:
+        if not isinstance(answer, list) or len(answer) != 4:
             raise ClusterError(f"{self.where} answered nonsense to joining the crawl")
-        outcome, stored, counts = answer
+        outcome, stored, counts, stored_options = answer
         if outcome == "mismatch":
             raise ClusterError(
                 f"crawl {self.crawl_id!r} on {self.where} has other roots: {stored}; "
@@ -321,8 +325,16 @@ class ClusterSession:
             )
         try:
             shared = SharedCounts.from_answer(counts)
+            kept = json.loads(stored_options) if stored_options else {}
+            if not isinstance(kept, dict):
+                raise TypeError(f"options that are not: {stored_options!r:.80}")
         except (ValueError, TypeError):
             raise ClusterError(f"{self.where} answered nonsense to joining the crawl") from None
+        if outcome == "joined":
+            # The command line took the crawl's options for those left out; here, as the
+            # crawl is joined, one that raced the creator (or a Crawler given other
+            # values) is refused before its first request.
+            keep_shared_options(options, kept, where=where_of(self.url, self.crawl_id))
         self.joined = True
         # The crawl's delay is its creator's: a joiner's own --delay is not the server's.
         delay = await self._client.hget(self.prefix + "meta", "delay")

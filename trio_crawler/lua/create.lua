@@ -10,13 +10,16 @@
 -- ARGV[7]   the most concurrent requests to one origin, or '' for no limit
 -- ARGV[8]   the most redirects a chain may follow
 -- ARGV[9..] the roots one by one, each followed by its origin: URL, ORIGIN, ...
--- Returns   {outcome, the stored roots (JSON) or '', counts}, the outcome one of
+-- Returns   {outcome, the stored roots (JSON) or '', counts, the stored options
+--           (JSON) or ''}, the outcome one of
 --             'created'   there was no crawl: this call made it and queued the roots;
 --             'joined'    the crawl exists, with these roots (or none were given);
 --             'mismatch'  the crawl exists with other roots: nothing changed;
 --             'none'      no crawl, and no roots to start one: nothing changed;
 --             'foreign'   the keys are not a crawl of this layout: nothing changed;
---           counts as in prelude.lua's counts(), all zero for 'none'.
+--           counts as in prelude.lua's counts(), all zero for 'none'. A process
+--           that joins checks its options against the stored ones (the creator's
+--           say what to crawl, and its --delay and --max-per-host hold for all).
 -- Keeps     meta is written in the same call that queues the roots, so
 --           pending = queued + leased from the start; each root is queued once
 --           (HSETNX on the seen set); a crawl that exists is never rewritten,
@@ -24,12 +27,13 @@
 
 local exists = redis.call('EXISTS', META) == 1
 if exists then
-  local m = redis.call('HMGET', META, 'v', 'roots')
-  if m[1] ~= '1' then return {'foreign', '', counts()} end
-  if ARGV[3] ~= '[]' and ARGV[3] ~= m[2] then return {'mismatch', m[2], counts()} end
-  return {'joined', m[2], counts()}
+  local m = redis.call('HMGET', META, 'v', 'roots', 'options')
+  if m[1] ~= '1' then return {'foreign', '', counts(), ''} end
+  local options = m[3] or ''
+  if ARGV[3] ~= '[]' and ARGV[3] ~= m[2] then return {'mismatch', m[2], counts(), options} end
+  return {'joined', m[2], counts(), options}
 end
-if ARGV[3] == '[]' then return {'none', '', {0, 0, 0, 0, 0, 0}} end
+if ARGV[3] == '[]' then return {'none', '', {0, 0, 0, 0, 0, 0}, ''} end
 redis.call('HSET', META, 'v', '1', 'roots', ARGV[3], 'options', ARGV[4], 'obey', ARGV[5],
   'delay', ARGV[6], 'mph', ARGV[7], 'redirects', ARGV[8],
   'queued', 0, 'leased', 0, 'done', 0, 'failed', 0, 'fin', '0', 'created', now)
@@ -42,4 +46,4 @@ for i = 9, #ARGV, 2 do
     push_entries(o, {'1 0 ' .. ARGV[8] .. ' 0 ' .. url}, false)
   end
 end
-return {'created', ARGV[3], counts()}
+return {'created', ARGV[3], counts(), ARGV[4]}

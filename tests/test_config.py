@@ -19,16 +19,8 @@ import pytest
 
 import trio_crawler
 from trio_crawler._cli_args import CommandLine
-from trio_crawler._config import (
-    SAME,
-    ConfigError,
-    CrawlConfig,
-    CrawlKeywords,
-    CrawlOptions,
-    Option,
-    declared_options,
-    normalize_roots,
-)
+from trio_crawler._config import CrawlConfig, CrawlKeywords, CrawlOptions, normalize_roots
+from trio_crawler._options import SAME, ConfigError, Option, declared_options
 
 from conftest import Engine
 

@@ -27,9 +27,9 @@ from trio_crawler._clients import (
     installed_http_libraries,
     open_client,
 )
-from trio_crawler._config import ConfigError
 from trio_crawler._events import FetchError, Outcome, Response
 from trio_crawler._fetch import ROBOTS_MAX_SIZE, fetch
+from trio_crawler._options import ConfigError
 from trio_crawler._robots import PRODUCT_TOKEN
 
 from mock_http import Handler, streamed, streaming_transport

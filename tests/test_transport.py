@@ -30,9 +30,9 @@ from trio_crawler._clients import (
     choose_http_library,
     open_client,
 )
-from trio_crawler._config import ConfigError
 from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import fetch
+from trio_crawler._options import ConfigError
 from trio_crawler._transport import choose_transport
 
 from hostile_server import RawRequest, open_hostile_server, page, send_and_close

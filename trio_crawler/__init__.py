@@ -5,7 +5,7 @@ per finished URL). The private modules are re-exported here so that their names 
 without breaking anyone.
 """
 
-from ._config import ConfigError as ConfigError
+from ._options import ConfigError as ConfigError
 from ._stats import FetchStatistic as FetchStatistic
 from ._version import __version__ as __version__
 from .engine_trio import Crawler as Crawler

@@ -43,7 +43,7 @@ from ._cli_args import (
     for_the_command_line,
     parse_args,
 )
-from ._config import ConfigError
+from ._options import ConfigError
 from ._output import OutputFiles
 from ._report import format_report
 from ._stores import check_output

@@ -3,7 +3,7 @@
 Every flag comes from a declaration: the crawl's options are the fields of
 :class:`~trio_crawler._config.CrawlOptions`, and the command line's own (``--demo``,
 ``--grace``, ``-o``...) are the fields of :class:`CommandLine`, declared the same way with
-:func:`~trio_crawler._config.option`. From them :func:`build_parser` makes the parser (each
+:func:`~trio_crawler._options.option`. From them :func:`build_parser` makes the parser (each
 default in its help) and :func:`parse_args` makes the typed result, checked by the same code
 the ``Crawler`` uses and re-spelt for the command line: ``--max-tasks must be >= 1, not 0``.
 
@@ -25,19 +25,17 @@ import trio
 
 from . import engine_anyio, engine_asyncio, engine_trio
 from ._clients import choose_http_library
-from ._config import (
+from ._config import CrawlOptions, OptionChanged, normalize_roots
+from ._options import (
     DURABLE,
     LIMITS,
     OUTPUT,
     SAME,
     SECTIONS,
     ConfigError,
-    CrawlOptions,
     Option,
-    OptionChanged,
     check_options,
     declared_options,
-    normalize_roots,
     option,
     whole_number,
 )

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ._config import ConfigError
+from ._options import ConfigError
 from ._robots import PRODUCT_TOKEN
 from ._transport import choose_transport, lean_transport_class
 from ._version import __version__

@@ -1,20 +1,24 @@
 """Every option of a crawl, declared once, and the checked config made from them.
 
-An option is one field of :class:`CrawlOptions`: its name, type and default are the field's,
-and an :class:`Option` in the field's metadata (made by :func:`option`) holds the rest: its
-help text, the check its value must pass, and how the command line spells it. Everything
-else is derived from those fields, so adding an option is one declaration (plus its test and
-its row in docs/usage.md):
+An option is one field of :class:`CrawlOptions`, declared with
+:func:`~trio_crawler._options.option` (:mod:`trio_crawler._options` is the machinery: what
+an option's declaration holds, and how checks, signatures and flags are made from a table
+of them). Everything else is derived from those fields, so adding an option is one
+declaration here (plus its test and its row in docs/usage.md):
 
 * validation: :class:`CrawlOptions` checks each value when it is made and raises
-  :class:`ConfigError` naming the option by its Python name; :class:`CrawlConfig` is the
-  options plus the roots they apply to, and is what the core reads;
+  :class:`~trio_crawler._options.ConfigError` naming the option by its Python name;
+  :class:`CrawlConfig` is the options plus the roots they apply to, and is what the core
+  reads;
 * the ``Crawler`` keyword arguments: ``CrawlerBase.__init__`` takes ``**options`` and
-  :func:`takes_options` gives it the signature and documentation listing every option;
+  ``takes_options(CrawlOptions)`` gives it the signature and documentation listing every
+  option;
 * the command line: ``_cli_args.build_parser`` makes a flag of every option, and re-spells a
   ConfigError with the flag (``max_tasks`` -> ``--max-tasks``), so each audience reads its
   own name. The command line's own options (``--demo``, ``--grace``...) are declared the same
-  way there.
+  way there;
+* between runs: the options declared ``fixed`` say *what* to crawl, and a durable crawl
+  keeps them (:func:`keep_what_to_crawl`).
 
 Static typing: a TypedDict is the only way to tell a type checker which keyword arguments
 ``**options`` takes (``Unpack[CrawlKeywords]``), and no checker can derive one from a
@@ -27,20 +31,33 @@ disagree, so it cannot drift silently.
 
 from __future__ import annotations
 
-import inspect
-import math
 import os
 import re
-import textwrap
-from collections.abc import Callable, Iterable
-from dataclasses import Field, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from ._options import (
+    DURABLE,
+    LIMITS,
+    MANNERS,
+    check_options,
+    option,
+    seconds,
+    takes_options,
+    truth,
+    whole_number,
+)
+
+# ConfigError and declared_options are re-exported (``as``) only for _cluster.py, which
+# imports them from here and is being changed elsewhere; their home is _options. Drop the
+# aliases once it imports them from there.
+from ._options import ConfigError as ConfigError
+from ._options import declared_options as declared_options
 from ._urls import Scope, normalize_root
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
     from typing import Unpack
 
 # The chapter's defaults (crawl.py), except max_tasks, which the chapter's Crawler class also
@@ -64,179 +81,9 @@ DEFAULT_MAX_URL_LENGTH = 2083
 # the crawl's end for an hour. A minute is Scrapy's AUTOTHROTTLE_MAX_DELAY default.
 MAX_HOST_DELAY = 60.0
 
-# The help sections of the command line, in the order ``--help`` shows them.
-WHAT = "what to crawl"
-LIMITS = "limits"
-MANNERS = "manners"
-DURABLE = "crawls that outlive one process"
-OUTPUT = "output"
-SECTIONS = (WHAT, LIMITS, MANNERS, DURABLE, OUTPUT)
 
-
-class ConfigError(ValueError):
-    """An option has a value the crawler cannot use.
-
-    Attributes:
-        option: The option's Python name (``max_tasks``).
-        problem: What is wrong and, where there is one, the fix; it reads after the option name.
-        mentions: Other options the problem names, each written ``{name}`` in it, so that
-            the command line can spell them as flags (:meth:`problem_as`): "recrawl needs
-            state" in Python is "--recrawl needs --state" there.
-    """
-
-    def __init__(self, option: str, problem: str, *, mentions: tuple[str, ...] = ()) -> None:
-        self.option = option
-        self.mentions = mentions
-        self._problem = problem
-        self.problem = self.problem_as(lambda name: name)
-        super().__init__(f"{option} {self.problem}")
-
-    def problem_as(self, spell: Callable[[str], str]) -> str:
-        """The problem, with the options it mentions spelt by ``spell``."""
-        if not self.mentions:
-            return self._problem
-        return self._problem.format_map({name: spell(name) for name in self.mentions})
-
-
-# A check takes the option's name and a value; it returns the value as the crawl keeps it
-# (a float for seconds given as an int) or raises ConfigError(name, problem).
-Check = Callable[[str, Any], Any]
-
-
-class _Same:
-    """The command line's default is the API's (the usual case); see Option.cli_default."""
-
-    def __repr__(self) -> str:
-        return "SAME"
-
-
-SAME: Final = _Same()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Option:
-    """What an option is besides its name, type and default (those are its field's).
-
-    Attributes:
-        help: One line for ``--help`` and the ``Crawler`` docs. A default that is not None
-            is added to it; say in it what None means.
-        check: Validates (and normalises) a value; None accepts any value of the type. A
-            value of None is accepted, unchecked, exactly when the default is None.
-        flags: The command-line spellings, the first one used in messages. An option that
-            is not a boolean takes a value (``--max-tasks N``); a boolean's flags set it True.
-        off_flags: A boolean's flags that set it False (``--lenient``, ``--ignore-robots``).
-        off_help: The help of ``off_flags``.
-        metavar: The value's name in ``--help`` (``N``, ``SECONDS``).
-        cli_default: The default on the command line when it is not the API's.
-        section: The ``--help`` section the flags are listed in (one of SECTIONS).
-        chapter: The chapter's ``Crawler`` took this keyword; it comes first in the signature.
-        counted: An int flag that counts its repeats (``-vv``) instead of taking a value.
-        fixed: The option says *what* to crawl, not how: a durable crawl keeps the value
-            the run that made it had, and a later run may leave it out but not change it
-            (see :func:`keep_what_to_crawl`).
-    """
-
-    help: str
-    check: Check | None = None
-    flags: tuple[str, ...] = ()
-    off_flags: tuple[str, ...] = ()
-    off_help: str = ""
-    metavar: str | None = None
-    cli_default: object = SAME
-    section: str = WHAT
-    chapter: bool = False
-    counted: bool = False
-    fixed: bool = False
-
-
-_OPTION = "trio_crawler.option"  # the metadata key an Option is stored under
-
-_T = TypeVar("_T")
-
-
-def option(
-    default: _T,
-    *,
-    help: str,
-    check: Check | None = None,
-    flags: tuple[str, ...] = (),
-    off_flags: tuple[str, ...] = (),
-    off_help: str = "",
-    metavar: str | None = None,
-    cli_default: object = SAME,
-    section: str = WHAT,
-    chapter: bool = False,
-    counted: bool = False,
-    fixed: bool = False,
-    secret: bool = False,
-) -> _T:
-    """Declare an option: a dataclass field with ``default`` and an :class:`Option`."""
-    declared = Option(
-        help=help,
-        check=check,
-        flags=flags,
-        off_flags=off_flags,
-        off_help=off_help,
-        metavar=metavar,
-        cli_default=cli_default,
-        section=section,
-        chapter=chapter,
-        counted=counted,
-        fixed=fixed,
-    )
-    # A secret's value (it may hold a password) is left out of the dataclass's repr.
-    return field(default=default, metadata={_OPTION: declared}, repr=not secret)
-
-
-def declared_options(cls: type[Any]) -> list[tuple[Field[Any], Option]]:
-    """The option fields of a dataclass, in declaration order, each with its Option."""
-    return [(f, f.metadata[_OPTION]) for f in fields(cls) if _OPTION in f.metadata]
-
-
-def check_options(instance: object) -> None:
-    """Run every option's check on a just-made dataclass, keeping the normalised values.
-
-    Meant for ``__post_init__``; fields are checked in declaration order, so the first
-    unusable one is the one reported.
-    """
-    for declared, spec in declared_options(type(instance)):
-        value = getattr(instance, declared.name)
-        if spec.check is None or (value is None and declared.default is None):
-            continue
-        checked = spec.check(declared.name, value)
-        if checked is not value:
-            object.__setattr__(instance, declared.name, checked)  # frozen: set once, here
-
-
-# The checks. Each message reads after the option's name, in the API ("max_tasks must be
-# >= 1, not 0") and on the command line ("--max-tasks must be >= 1, not 0").
-
-
-def whole_number(*, minimum: int) -> Check:
-    """A check for an int of at least ``minimum`` (a bool is not a number here)."""
-
-    def check(name: str, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(name, f"must be a whole number, not {value!r}")
-        if value < minimum:
-            raise ConfigError(name, f"must be >= {minimum}, not {value!r}")
-        return value
-
-    return check
-
-
-def seconds(name: str, value: object) -> float:
-    """A positive, finite number of seconds, kept as a float."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(name, f"must be a number of seconds, not {value!r}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(name, f"must be a positive number of seconds, not {value!r}")
-    return float(value)
-
-
-def truth(name: str, value: object) -> bool:
-    """Any value, kept as its truth (as ``if strict:`` would read it)."""
-    return bool(value)
+# The crawl's own checks: those that know what one option means. Each message reads after
+# the option's name, as the generic checks' do (see _options).
 
 
 def _regex(name: str, value: object) -> str:
@@ -637,19 +484,6 @@ def _not_a_root(root: str) -> str:
     return "not a valid URL"
 
 
-def reject_unknown_options(options: Iterable[str], *, function: str) -> None:
-    """Raise Python's own TypeError for a keyword that is no option.
-
-    A function taking ``**options`` would otherwise pass a misspelling on to be reported
-    under another function's name; this names ``function``, as if every option were in its
-    signature.
-    """
-    known = {f.name for f, _ in declared_options(CrawlOptions)}
-    for name in options:
-        if name not in known:
-            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
-
-
 class OptionChanged(ConfigError):
     """A later run of a durable crawl gives an option that says what to crawl (one
     declared ``fixed``) another value than the run that made the crawl.
@@ -714,53 +548,6 @@ def keep_what_to_crawl(
     return options
 
 
-_Function = TypeVar("_Function", bound=Callable[..., object])
-
-
-def takes_options(function: _Function) -> _Function:
-    """Show ``function``'s ``**options`` as the options themselves, in its signature and docs.
-
-    ``inspect.signature`` and ``help()`` then read as if every option were spelt out:
-    after the positional parameters come the chapter's options; then the function's first
-    keyword-only parameter, where the chapter's ``Crawler`` had its ``loop``; then the other
-    options; then the function's remaining keyword-only parameters. The docstring gets an
-    "Options" section made of the options' help.
-    """
-    signature = inspect.signature(function)
-    own = list(signature.parameters.values())
-    if not own or own[-1].kind is not inspect.Parameter.VAR_KEYWORD:
-        raise TypeError(f"{function.__qualname__} must take **options")
-    own.pop()
-    positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    keyword = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    declared = declared_options(CrawlOptions)
-
-    def parameters(chapter: bool) -> list[inspect.Parameter]:
-        return [
-            inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
-            )
-            for f, spec in declared
-            if spec.chapter is chapter
-        ]
-
-    ordered = [*positional, *parameters(True), *keyword[:1], *parameters(False), *keyword[1:]]
-    function.__signature__ = signature.replace(parameters=ordered)  # type: ignore[attr-defined]
-    lines = [inspect.cleandoc(function.__doc__ or ""), "", "Options (see :class:`CrawlOptions`):"]
-    for f, spec in declared:
-        text = spec.help
-        for other, other_spec in declared:  # "--max-tasks" reads "max_tasks" here
-            for flag in other_spec.flags:
-                text = text.replace(flag, other.name)
-        if spec.off_help:
-            text = f"{text}; if False, {spec.off_help}"
-        shown = "" if f.default is None else f" (default {f.default!r})"
-        entry = f"{f.name}: {text}{shown}."
-        lines.append(textwrap.fill(entry, 88, initial_indent="    ", subsequent_indent="        "))
-    function.__doc__ = "\n".join(lines).strip()
-    return function
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CrawlConfig(CrawlOptions):
     """The checked options of one crawl with its roots: what the core reads.
@@ -781,7 +568,7 @@ class CrawlConfig(CrawlOptions):
         object.__setattr__(self, "scope", Scope(self.roots, strict=self.strict, exclude=pattern))
 
     @classmethod
-    @takes_options
+    @takes_options(CrawlOptions)
     def create(cls, roots: Iterable[str], **options: Unpack[CrawlKeywords]) -> CrawlConfig:
         """Check the roots and the options and build the config.
 

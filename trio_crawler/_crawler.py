@@ -24,17 +24,11 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 from ._clients import DEFAULT_USER_AGENT
-from ._config import (
-    ConfigError,
-    CrawlConfig,
-    keep_what_to_crawl,
-    normalize_roots,
-    reject_unknown_options,
-    takes_options,
-)
+from ._config import CrawlConfig, CrawlOptions, keep_what_to_crawl, normalize_roots
 from ._events import Committing, Retry
 from ._fetch import Fetcher
 from ._frontier import FrontierLost, StoreRuntime
+from ._options import ConfigError, reject_unknown_options, takes_options
 from ._state import CrawlCounts, CrawlState
 from ._stores import open_store, stored_crawl_now
 
@@ -159,7 +153,7 @@ class CrawlerBase(abc.ABC):
         TypeError: At construction, for a keyword that is no option (a misspelling).
     """
 
-    @takes_options
+    @takes_options(CrawlOptions)
     def __init__(
         self,
         roots: Iterable[str],
@@ -172,7 +166,7 @@ class CrawlerBase(abc.ABC):
         **options: Unpack[CrawlKeywords],
     ) -> None:
         """Check the roots and the options; ``crawl()`` runs the crawl."""
-        reject_unknown_options(options, function=f"{type(self).__name__}.__init__")
+        reject_unknown_options(CrawlOptions, options, function=f"{type(self).__name__}.__init__")
         roots = list(roots) if not isinstance(roots, str) else roots
         roots, options = _as_stored(roots, options)
         self.config = CrawlConfig.create(roots, **options)
@@ -286,7 +280,7 @@ class CrawlerBase(abc.ABC):
         """Make the engine's own attributes (its primitives), at the end of ``__init__``.
 
         Engines do not override ``__init__``, whose signature is the chapter's and lists
-        every option (see :func:`~trio_crawler._config.takes_options`).
+        every option (see :func:`~trio_crawler._options.takes_options`).
         """
 
     @abc.abstractmethod

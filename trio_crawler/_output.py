@@ -42,8 +42,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Protocol, TextIO, cast
 
-from ._config import ConfigError
 from ._frontier import OutputMode
+from ._options import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._config import ConfigError
 from ._frontier import Completion, Resumed, Settled
+from ._options import ConfigError
 from ._statefile_rows import (
     APPLICATION_ID,
     DISALLOWED,

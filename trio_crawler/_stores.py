@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._config import ConfigError
+from ._options import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -42,7 +42,7 @@ import anyio
 import anyio.abc
 import h11
 
-from ._config import ConfigError
+from ._options import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

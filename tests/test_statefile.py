@@ -25,7 +25,8 @@ from stores import manual_runtime
 from trio_crawler._config import CrawlConfig
 from trio_crawler._events import Committing, FetchError, FetchRequest, Outcome, Response
 from trio_crawler._state import CrawlState
-from trio_crawler._statefile import StateFile, StateFileError
+from trio_crawler._statefile import StateFile
+from trio_crawler._statefile_checks import StateFileError
 from trio_crawler._stats import count_records
 from trio_crawler._store_sqlite import StoredFrontier, open_state_store
 from trio_crawler.engine_trio import Crawler

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from ._config import CrawlConfig, CrawlOptions
     from ._frontier import Store
-    from ._statefile import StoredCrawl
+    from ._statefile_checks import StoredCrawl
 
 
 def open_store(config: CrawlConfig) -> Store:
@@ -61,7 +61,7 @@ def stored_crawl_now(*, state: str | None, roots: Sequence[str]) -> StoredCrawl 
     """
     if state is None:
         return None
-    from ._statefile import stored_crawl
+    from ._statefile_checks import stored_crawl
 
     return stored_crawl(state, roots=roots)
 
@@ -79,7 +79,7 @@ def check_output(options: CrawlOptions, output: str | None) -> None:
     """
     if options.state is None or output is None or output == "-":
         return
-    from ._statefile import earlier_pass_written
+    from ._statefile_checks import earlier_pass_written
 
     earlier = earlier_pass_written(options.state, output, recrawl=options.recrawl)
     if earlier is not None:

@@ -248,7 +248,7 @@ class FrontierLost(Exception):
 
 class OutputMode(enum.Enum):
     """How a store's crawl writes the output files (``-o``, ``--warc``): the one road
-    for records (:mod:`trio_crawler._outputs`) asks the store, never its kind."""
+    for records (:mod:`trio_crawler._output`) asks the store, never its kind."""
 
     NEW = "new"  # a new crawl: the files are written from the start
     RECONCILE = "reconcile"  # the store holds the records: cut back and caught up from it

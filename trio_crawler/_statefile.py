@@ -20,7 +20,7 @@ the last few (their URLs are fetched again), never corrupt the file.
 
 Outputs. Each transaction can store how far each output had got (its size and the last
 record written to it). On resume an output is cut back to that size and the records after
-that one are written again (see :mod:`trio_crawler._outputs`), so it ends with exactly one
+that one are written again (see :mod:`trio_crawler._output`), so it ends with exactly one
 line per record however the last run ended. A WARC file is cut back to its stored size: a
 URL fetched again may appear twice in it, as WARC allows, and the file stays valid.
 """

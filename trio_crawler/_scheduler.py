@@ -444,6 +444,7 @@ class OriginScheduler:
 
     # -- robots.txt ------------------------------------------------------------------------
 
+    # The same signature as Frontier.robots_settled, on purpose: the stores hand it on.
     def robots_settled(
         self,
         request: RobotsRequest,

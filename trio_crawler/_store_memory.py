@@ -144,6 +144,9 @@ class MemoryFrontier:
             self.scheduler.complete(completion.request)
         then(completion, Settled(new=new, disallowed=disallowed, beyond=beyond))
 
+    # The core's seam (Frontier), mostly handed to the store's OriginScheduler. The three
+    # stores and the scheduler repeat the protocol's signatures here, alike on purpose: the
+    # protocol in _frontier.py is where each is defined and checked.
     def take(self, *, now: float, start_new: bool) -> Taken | None:
         return self.scheduler.take(now=now, start_new=start_new)
 

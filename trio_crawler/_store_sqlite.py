@@ -199,6 +199,9 @@ class StoredFrontier:
                 self._batch.turned_away.update(url for url in offer.urls if turns_away(url))
         self._waiting.append((completion, then))
 
+    # The core's seam (Frontier), mostly handed to the store's OriginScheduler. The three
+    # stores and the scheduler repeat the protocol's signatures here, alike on purpose: the
+    # protocol in _frontier.py is where each is defined and checked.
     def take(self, *, now: float, start_new: bool) -> Taken | None:
         if self._restored_waits and self._runtime is not None:
             # Retry-After waits kept by the last run, on this run's clock.

@@ -2,8 +2,8 @@
 
 The core asks for ``/robots.txt`` once per origin (scheme, host, port) before the first URL
 there, and turns the outcome into :class:`RobotsRules` with :meth:`RobotsRules.from_response`.
-Fetching is the engines' business, parsing is protego's (the parser Scrapy uses); what this
-module adds is the RFC's reading of statuses, which protego leaves to its caller:
+Fetching is the engines' business, reading the file is :mod:`._robots_parser`'s; what this
+module adds is the RFC's reading of statuses:
 
 ==============  ============================================================================
 2xx             the file's rules apply, for the group matching our product token
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protego import Protego
+from ._robots_parser import AgentRules, parse
 
 # The product token robots.txt groups are matched on (RFC 9309, section 2.2.1): the user
 # agent's name without its version, so that "User-agent: trio-crawler" matches every release.
@@ -32,21 +32,22 @@ class RobotsRules:
     """What one origin's robots.txt says to this crawler.
 
     Attributes:
-        parsed: The file's rules, or None when the status alone decided (``allow_all``).
+        parsed: The file's rules for :data:`PRODUCT_TOKEN`, or None when the status alone
+            decided (``allow_all``).
         allow_all: With no ``parsed`` rules: True allows every URL, False none.
+        text: The file ``parsed`` came from, for a store to keep (:meth:`as_text`).
     """
 
-    parsed: Protego | None = None
+    parsed: AgentRules | None = None
     allow_all: bool = True
-    text: str | None = None  # the file ``parsed`` came from, for ``--state`` to keep
+    text: str | None = None
 
     @classmethod
     def from_response(cls, status: int, body: bytes) -> RobotsRules:
         """The rules for a robots.txt answered with ``status`` and ``body``."""
         if 200 <= status < 300:
             # The RFC's files are UTF-8; a stray byte must not void the rest of the file.
-            text = body.decode("utf-8", errors="replace")
-            return cls(parsed=Protego.parse(text), text=text)
+            return cls.from_text(body.decode("utf-8", errors="replace"))
         if 500 <= status < 600:
             return cls(allow_all=False)
         # 4xx, and anything else the RFC does not name (1xx, a 3xx that ended the chain):
@@ -62,33 +63,32 @@ class RobotsRules:
 
     @classmethod
     def from_text(cls, text: str) -> RobotsRules:
-        """The rules :meth:`as_text` kept."""
+        """The rules :meth:`as_text` kept, or a robots.txt file's text."""
         if text == "allow":
             return cls(allow_all=True)
         if text == "deny":
             return cls(allow_all=False)
-        return cls(parsed=Protego.parse(text), text=text)
+        return cls(parsed=parse(text, PRODUCT_TOKEN), text=text)
 
     def allowed(self, url: str) -> bool:
         """True if ``url`` may be fetched."""
         if self.parsed is None:
             return self.allow_all
-        return bool(self.parsed.can_fetch(url, PRODUCT_TOKEN))
+        return self.parsed.allowed(url)
 
     @property
     def sitemaps(self) -> tuple[str, ...]:
         """The URLs of the file's ``Sitemap:`` lines, as written (they apply to every agent)."""
         if self.parsed is None:
             return ()
-        return tuple(self.parsed.sitemaps)
+        return self.parsed.sitemaps
 
     @property
     def crawl_delay(self) -> float | None:
         """Seconds between requests the file asks of this crawler, if any."""
         if self.parsed is None:
             return None
-        delay = self.parsed.crawl_delay(PRODUCT_TOKEN)
-        return None if delay is None else float(delay)
+        return self.parsed.crawl_delay
 
 
 def origin_of(url: str) -> str:

@@ -152,6 +152,72 @@ async def test_three_processes_share_one_crawl(
 
 
 @pytest.mark.trio
+async def test_max_pages_counts_the_urls_the_whole_crawl_starts(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """--max-pages 40 with three processes: the union holds exactly 40 records, each URL
+    fetched once, and every process stops with the core's reason (max-pages), exit 0."""
+    site = Site(300, random.Random(f"{SEED}-budget"), pause=0.2)
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            runs, outputs, _ = await crawl_together(
+                ["trio", "asyncio", "anyio-trio"],
+                redis,
+                site,
+                http.url("/p/0.html"),
+                tmp_path,
+                "--max-pages",
+                "40",
+            )
+    context = "\n".join(str(run) for run in runs)
+    for run in runs:
+        assert run.returncode == 0, context
+        assert "Finish reason: max-pages" in run.stdout, context
+    urls = union(outputs, context)
+    assert len(urls) == 40, context
+    assert len(set(urls)) == 40, f"a URL has two records: {context}"
+    assert sum(site.fetched.values()) == 40, context
+    counts = [len(read_records(output, context)) for output in outputs]
+    assert sum(1 for count in counts if count) >= 2, f"no sharing: {counts}"
+
+
+@pytest.mark.trio
+async def test_max_pages_survivors_fetch_what_a_killed_process_started(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """SIGKILL one of three once the budget may be spent: its URLs count in it, so the
+    survivors wait for their leases to run out (--lease 2) and fetch them; the union
+    still holds the 40 URLs the crawl started, no more."""
+    rng = random.Random(f"{SEED}-budget-kill")
+    site = Site(300, rng, pause=0.2)
+    site.arm(20)
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            runs, outputs, _ = await crawl_together(
+                ["trio", "asyncio", "anyio-asyncio"],
+                redis,
+                site,
+                http.url("/p/0.html"),
+                tmp_path,
+                "--max-pages",
+                "40",
+                "--lease",
+                "2",
+                kill=(1, signal.SIGKILL),
+            )
+    context = "\n".join(str(run) for run in runs)
+    assert runs[1].returncode == -signal.SIGKILL, context
+    for run in (runs[0], runs[2]):
+        assert run.returncode == 0, context
+        assert "Finish reason: max-pages" in run.stdout, context
+    urls = union(outputs, context)
+    assert len(set(urls)) == 40, context
+    assert set(urls) <= {http.url(path) for path in site.fetched}, context
+
+
+@pytest.mark.trio
 async def test_a_killed_process_leaves_its_urls_to_the_others(
     tmp_path: Path, redis: RedisServer
 ) -> None:

@@ -59,6 +59,7 @@ async def snapshot(client: Any) -> dict[str, Any]:
         "held": held,
         "origins": origins,
         "queues": queues,
+        "started": set(await client.smembers(P + "started")),
     }
 
 
@@ -91,18 +92,33 @@ def check(state: dict[str, Any], seen: set[str], done_before: set[str], context:
     pending = len(queued) + len(leased) + len(fetching)
     if meta["fin"] == "1":
         assert pending == 0, f"finished with {pending} pending: {context}"
+    budget, started = meta["budget"], state["started"]
+    if budget == "":
+        assert not started, context
+        return
+    # The budget (--max-pages): every URL leased counted once, never more than it allows;
+    # a counted URL leaves it only unfetched (drop), and sdone counts those done.
+    assert leased <= started, f"leased, never counted: {context}"
+    assert int(meta["started"]) == len(started) <= int(budget), context
+    assert started <= queued | leased | done, context
+    assert int(meta["sdone"]) == len(started & done), context
 
 
+@pytest.mark.parametrize("budget", [None, 12], ids=["no-budget", "max-pages-12"])
 @pytest.mark.trio
-async def test_script_invariants_hold_under_random_batches(tmp_path: Path) -> None:
-    rng = random.Random(SEED)
+async def test_script_invariants_hold_under_random_batches(
+    tmp_path: Path, budget: int | None
+) -> None:
+    rng = random.Random(f"{SEED}-{budget}")
+    options = json.dumps({"max_pages": budget})
+    ever_spent = False
     with running_redis(tmp_path / "redis") as server:
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
             create, step = client.register_script(CREATE), client.register_script(STEP)
             root = POOL[0]
             answer = await create(
                 keys=[P + "meta"],
-                args=[P, "", json.dumps([root]), "{}", "1", "0", "2", "10", root, origin(root)],
+                args=[P, "", json.dumps([root]), options, "1", "0", "2", "10", root, origin(root)],
             )
             assert answer[0] == "created"
             seen = {root}
@@ -170,7 +186,15 @@ async def test_script_invariants_hold_under_random_batches(tmp_path: Path) -> No
                 finished = state["meta"]["fin"] == "1"
                 assert not (was_finished and not finished), f"finished was undone: {context}"
                 done_before = {url for url, st in state["urls"].items() if st == "d"}
+                if budget is not None:
+                    spent, pending = answer["b"]
+                    counted = state["started"]
+                    assert spent == (len(counted) >= budget), context
+                    assert pending == len(counted - done_before), context
+                    ever_spent = ever_spent or spent
             assert done_before, "no URL was ever done: the run tested little"
+            if budget is not None:
+                assert ever_spent, "the budget was never spent: the run tested little"
 
 
 def test_scripts_are_the_packaged_files_each_with_its_header() -> None:

@@ -147,6 +147,9 @@ class ClusterSession:
         # answered that asked for a lease, which makes older "work" messages stale.
         self.idle_until: float | None = None
         self.last_call = 0
+        # With --max-pages, the crawl's budget as the last answer said: whether it is
+        # spent, and how many URLs it counted are not done (here or elsewhere).
+        self.budget: tuple[bool, int] | None = None
 
     @property
     def is_open(self) -> bool:
@@ -431,6 +434,11 @@ class ClusterSession:
             self.shared = SharedCounts.from_answer(answer.get("c"))
         except TypeError as exc:
             raise ValueError(str(exc)) from None
+        budget = answer.get("b")
+        if budget is not None:
+            if not (isinstance(budget, list) and len(budget) == 2):
+                raise ValueError(f"not a budget: {budget!r:.80}")
+            self.budget = (budget[0] == 1, int(budget[1]))
 
     def _note_away(self, exc: BaseException, give_up: float) -> None:
         """One line when the server goes away, saying until when; then one when it is

@@ -35,6 +35,12 @@ waits for an idle timer. A process that finds nothing to lease tells the server 
 told (``work``) when something is queued or given back; it also wakes when the earliest
 delay or lease ends, which the server's answer says.
 
+Budget. ``--max-pages`` counts the URLs the whole crawl starts: the server counts a URL at
+its first lease (a lease again after one ran out or was given back does not count), and
+leases no new URL once the budget is spent. A process whose window is then empty answers
+the core's ``take`` with ``OUT_OF_BUDGET`` (its report says ``max-pages``) once no URL the
+budget counted is left undone elsewhere: a process that dies leaves its URLs to the others.
+
 Time. Leases and per-host delays are compared on the server, by its clock (``TIME`` in the
 scripts): processes on different machines have clocks that differ, and the server's is the
 one they share. This store reads no clock of its own: the give-up deadline of a lost
@@ -68,6 +74,7 @@ from ._events import FetchRequest, RobotsRequest
 from ._frontier import (
     GROUP_SIZE,
     GROUP_WINDOW,
+    OUT_OF_BUDGET,
     Completion,
     Disallowed,
     FrontierLost,
@@ -225,7 +232,20 @@ class RedisFrontier:
         taken = self.scheduler.take(now=now, start_new=start_new)
         if isinstance(taken, Disallowed):
             self._leave(taken.request, {"k": "drop"})
+        if taken is None and self._out_of_budget():
+            return OUT_OF_BUDGET
         return taken
+
+    def _out_of_budget(self) -> bool:
+        """Whether the crawl's ``--max-pages`` budget, kept on the server, is spent and
+        nothing it counted is left to this process: no URL it started is queued again or
+        leased elsewhere (a process that dies leaves its URLs to the others, so they wait
+        for them), and no change of its own that could give some back waits to be sent."""
+        if self.link.budget is None or self.scheduler.queued or self._ops:
+            return False
+        spent, pending = self.link.budget
+        mine = {member for member in self._held if not member.startswith("r ")}
+        return spent and pending <= len(mine | self._unsettled)
 
     def started(self, request: FetchRequest, *, now: float) -> None:
         self.scheduler.started(request, now=now)

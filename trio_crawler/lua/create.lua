@@ -4,7 +4,8 @@
 -- ARGV[1]   P, the crawl's key prefix
 -- ARGV[2]   the clock (see prelude.lua)
 -- ARGV[3]   the roots (JSON list), or '[]' to join a crawl without giving them
--- ARGV[4]   the crawl's options (JSON object), stored for the processes that join
+-- ARGV[4]   the crawl's options (JSON object), stored for the processes that join;
+--           its max_pages is the crawl's budget (see prelude.lua)
 -- ARGV[5]   obey robots.txt: '1' or '0'
 -- ARGV[6]   the delay between two requests to one origin, in seconds
 -- ARGV[7]   the most concurrent requests to one origin, or '' for no limit
@@ -34,11 +35,15 @@ if exists then
   return {'joined', m[2], counts(), options}
 end
 if ARGV[3] == '[]' then return {'none', '', {0, 0, 0, 0, 0, 0}, ''} end
+-- The budget is the options' max_pages (a number, or JSON null for none).
+local given = cjson.decode(ARGV[4])
+local pages = type(given) == 'table' and tonumber(given.max_pages) or nil
 redis.call('HSET', META, 'v', '1', 'roots', ARGV[3], 'options', ARGV[4], 'obey', ARGV[5],
   'delay', ARGV[6], 'mph', ARGV[7], 'redirects', ARGV[8],
-  'queued', 0, 'leased', 0, 'done', 0, 'failed', 0, 'fin', '0', 'created', now)
+  'queued', 0, 'leased', 0, 'done', 0, 'failed', 0, 'fin', '0', 'created', now,
+  'budget', pages or '', 'started', 0, 'sdone', 0)
 -- The prelude read the settings before they existed: read them again.
-obey, base_delay, mph = settings()
+obey, base_delay, mph, budget = settings()
 for i = 9, #ARGV, 2 do
   local url, o = ARGV[i], ARGV[i + 1]
   if redis.call('HSETNX', URLS, url, 'q') == 1 then

@@ -22,14 +22,18 @@
 --            * an origin is in 'ready' only with queued work and nothing in its
 --              way (robots.txt being fetched, a delay, --max-per-host);
 --            * finish_check marks the crawl finished and publishes 'finished' in
---              the call that brings pending to zero; finished is final.
+--              the call that brings pending to zero; finished is final;
+--            * with a budget (--max-pages): started = the URLs in 'started', each
+--              counted at its first lease, never past the budget; sdone = those of
+--              them done; a URL turned away unfetched (drop) is counted out again.
 --
 -- Keys, for a crawl with prefix P:
 --
 --   P meta        hash     v (layout version, '1'), roots (JSON), options (JSON),
 --                          obey (1/0), delay, mph (max per host, '' for none),
 --                          redirects, queued, leased, done, failed, fin (1/0),
---                          created (server time)
+--                          created (server time), budget (--max-pages, '' for
+--                          none), started, sdone (see 'started')
 --   P urls        hash     url -> q (queued) | l (leased) | d (done): the seen set
 --   P q:ORIGIN    list     queued entries "ATTEMPT DEPTH REDIRECTS SITEMAP URL";
 --                          entries of URLs no longer queued are skipped when popped
@@ -42,6 +46,7 @@
 --   P leases      zset     lease -> deadline; a lease is a URL, or "r ORIGIN" for
 --                          robots.txt
 --   P held        hash     lease -> "OWNER\nORIGIN\nENTRY"
+--   P started     set      with a budget: the URLs whose first lease counted in it
 --   P idle        set      processes that found nothing to lease; told when work
 --                          comes
 --   P events      channel  "work N" (N: the step call that made work ready),
@@ -67,6 +72,7 @@ local READY = P .. 'ready'
 local LEASES = P .. 'leases'
 local HELD = P .. 'held'
 local IDLE = P .. 'idle'
+local STARTED = P .. 'started'
 local EVENTS = P .. 'events'
 local woke = false
 -- The number of the step call running (set by step.lua), sent with "work" so that a
@@ -77,13 +83,13 @@ local function okey(o) return P .. 'o:' .. o end
 local function qkey(o) return P .. 'q:' .. o end
 
 -- The crawl's settings, as CREATE stored them: obey robots.txt, the delay
--- between two requests to one origin, and the most leases one origin may have
--- out at once (nil: no limit).
+-- between two requests to one origin, the most leases one origin may have out
+-- at once (nil: no limit), and the most URLs the crawl starts (nil: no limit).
 local function settings()
-  local m = redis.call('HMGET', META, 'obey', 'delay', 'mph')
-  return m[1] == '1', tonumber(m[2]) or 0, tonumber(m[3])
+  local m = redis.call('HMGET', META, 'obey', 'delay', 'mph', 'budget')
+  return m[1] == '1', tonumber(m[2]) or 0, tonumber(m[3]), tonumber(m[4])
 end
-local obey, base_delay, mph = settings()
+local obey, base_delay, mph, budget = settings()
 
 -- An origin's hash, the first time one of its URLs is queued.
 local function origin_new(o)
@@ -106,6 +112,35 @@ local function make_ready(o)
 end
 
 local function count(field, by) redis.call('HINCRBY', META, field, by) end
+
+-- The budget (--max-pages): whether every URL it allows has been started.
+local function spent()
+  return budget ~= nil and (tonumber(redis.call('HGET', META, 'started')) or 0) >= budget
+end
+
+-- Whether a URL leaving the queue may be leased: with a budget, a URL counted
+-- before may (a lease that ran out, or was given back), and a new one only
+-- while the budget lasts, counted now.
+local function may_start(url)
+  if budget == nil or redis.call('SISMEMBER', STARTED, url) == 1 then return true end
+  if spent() then return false end
+  redis.call('SADD', STARTED, url)
+  count('started', 1)
+  return true
+end
+
+-- A URL leaves the crawl: with a budget, if it counted, it is done (sdone), or
+-- counted out again when it leaves unfetched (drop), as in one process, where a
+-- URL robots.txt turns away starts nothing.
+local function leave_budget(url, unfetched)
+  if budget == nil or redis.call('SISMEMBER', STARTED, url) == 0 then return end
+  if unfetched then
+    redis.call('SREM', STARTED, url)
+    count('started', -1)
+  else
+    count('sdone', 1)
+  end
+end
 
 -- A lease ends (done, given back, or run out): the counts that go with it.
 local function unlease(member, o)

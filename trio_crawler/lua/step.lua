@@ -27,14 +27,18 @@
 --           -> 1 if the caller held it
 --   renew   u (leases): their deadlines move to now + lease seconds
 --           -> how many the caller held
---   lease   n: up to n more requests -> 0 (what was leased is in "l")
+--   lease   n: up to n more requests -> 0 (what was leased is in "l"); with
+--           a budget, a URL's first lease counts in it, and once it is spent
+--           only URLs counted before are leased (and no robots.txt)
 -- Returns  JSON: {"r": the results, in the operations' order,
 --                 "l": what was leased, ["p", entry] | ["r", origin],
 --                 "c": the counts, as in prelude.lua's counts(),
 --                 "w": seconds until an origin's delay ends (-1: none waits),
 --                 "x": seconds until a lease runs out (-1: none is held);
 --                      both computed only when nothing was leased,
---                 "n": this call's number (see "work" in prelude.lua)};
+--                 "n": this call's number (see "work" in prelude.lua),
+--                 "b": with a budget (--max-pages): {1 if it is spent else 0,
+--                      the URLs it counted that are not done}; absent without};
 --          {"gone": 1} when the prefix holds no crawl of this layout;
 --          {"bad": i} when operation i (from 1; 0: the list itself) is not one
 --          of the above, fields and their types included: then nothing at all
@@ -118,7 +122,13 @@ local function lease(n)
     local k = okey(o)
     local h = redis.call('HMGET', k, 'rb', 'qn', 'fl', 'us', 'dl')
     local rb, qn, fl, us, dl = h[1], tonumber(h[2]), tonumber(h[3]), h[4], tonumber(h[5]) or 0
-    if rb == 'u' then
+    -- Held back by a spent budget, with nothing changed: the origin is left as
+    -- it is (make_ready would say it is ready, and wake the idle processes for
+    -- nothing, each of whose leases would wake the others).
+    local held_back = false
+    if rb == 'u' and spent() then
+      held_back = true
+    elseif rb == 'u' then
       local member = 'r ' .. o
       redis.call('HSET', k, 'rb', 'f', 'nx', now + dl)
       redis.call('HINCRBY', k, 'fl', 1)
@@ -144,6 +154,12 @@ local function lease(n)
         if not url then
           qn = qn - 1
           count('queued', -1)
+        elseif redis.call('HGET', URLS, url) == 'q' and not may_start(url) then
+          -- The budget is spent, and this URL never started: it stays first in
+          -- line, and its origin gives nothing more.
+          redis.call('LPUSH', qkey(o), e)
+          held_back = qn == tonumber(h[2])
+          break
         elseif redis.call('HGET', URLS, url) == 'q' then
           redis.call('HSET', URLS, url, 'l')
           qn = qn - 1
@@ -162,7 +178,7 @@ local function lease(n)
       redis.call('HSET', k, 'qn', qn, 'fl', fl, 'us', us)
       if nx then redis.call('HSET', k, 'nx', nx) end
     end
-    make_ready(o)
+    if not held_back then make_ready(o) end
   end
   if #leased == 0 then
     redis.call('SADD', IDLE, owner)
@@ -218,6 +234,10 @@ for i, op in ipairs(ops) do
       make_ready(op.o)
     end
     if st == 'l' or st == 'q' then
+      leave_budget(op.u, k == 'drop')
+      -- With the budget spent, a URL done may be the last that other processes
+      -- wait for before they stop (see "b"): tell the idle ones.
+      if spent() then woke = true end
       redis.call('HSET', URLS, op.u, 'd')
       if k == 'done' and op.rec == 1 then
         count('done', 1)
@@ -284,9 +304,19 @@ finish_check()
 -- runs out while it renews it: it need not wake for that one).
 local wait, expiry = -1, -1
 if #leased == 0 then
-  local first = redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
+  -- With the budget spent, a ready origin may hold only URLs that will never
+  -- start: no wait is said (a URL given back is told by "work").
+  local first = spent() and {} or redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
   if first[2] then wait = math.max(0, tonumber(first[2]) - now) end
   local soon = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
   if soon[2] then expiry = math.max(0, tonumber(soon[2]) - now) end
 end
-return cjson.encode({r = results, l = leased, c = counts(), w = wait, x = expiry, n = this_call})
+-- The budget, when the crawl has one: whether it is spent, and how many of the
+-- URLs it counted are not done yet (queued again, or leased).
+local spending = nil
+if budget then
+  local m = redis.call('HMGET', META, 'started', 'sdone')
+  spending = {spent() and 1 or 0, (tonumber(m[1]) or 0) - (tonumber(m[2]) or 0)}
+end
+return cjson.encode({r = results, l = leased, c = counts(), w = wait, x = expiry,
+  n = this_call, b = spending})

@@ -2,15 +2,15 @@
 
 ``tests/data/robotstxt/cases.json`` (see the README there) is every allow/disallow
 expectation of Google's robots.txt parser tests. Each case runs through the crawler's own
-reading: the body's bytes decoded as UTF-8, then :func:`parse` for the case's agent. Every
-case not marked ``google_specific`` must give the expected answer. A Google-specific case
-may differ, and then it is in :data:`GOOGLE_DIFFERENCES` with the reason; the table is
-checked both ways, so a case that starts to agree, or to differ, fails until the table
-says so.
+reading: the body's bytes as :func:`robots_text` reads them, then :func:`parse` for the
+case's agent. Every case not marked ``google_specific`` must give the expected answer. A
+Google-specific case may differ, and then it is in :data:`GOOGLE_DIFFERENCES` with the
+reason; the table is checked both ways, so a case that starts to agree, or to differ,
+fails until the table says so.
 
 The rest pins what the crawler itself relies on: the three readings the RFC requires and
 protego missed, the rules as a store keeps and rebuilds them, ``Crawl-delay``, ``Sitemap``,
-the statuses and the one spelling rules and URLs are compared in.
+the statuses, the 500 KiB limit and the one spelling rules and URLs are compared in.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from trio_crawler._robots import PRODUCT_TOKEN, RobotsRules
+from trio_crawler._robots import MAX_PARSED_SIZE, PRODUCT_TOKEN, RobotsRules, robots_text
 from trio_crawler._robots_parser import normalize, parse, path_of
 
 _DATA = Path(__file__).parent / "data" / "robotstxt" / "cases.json"
@@ -39,10 +39,6 @@ _LINE_TOO_LONG = (
     "RFC 9309 sets no such limit, and a rule cut short is another rule (a cut Allow allows "
     "URLs the file never named): the rule is matched whole"
 )
-_TRUNCATED_MARK = (
-    "Google skips the start of a byte-order mark cut short; here it is a stray byte that "
-    "voids the first line"
-)
 GOOGLE_DIFFERENCES = {
     "ID_Encoding#03": _RAW_URL,
     "ID_Encoding#05": _RAW_URL,
@@ -57,8 +53,6 @@ GOOGLE_DIFFERENCES = {
     ),
     "GoogleOnly_LineTooLong#02": _LINE_TOO_LONG,
     "GoogleOnly_LineTooLong#05": _LINE_TOO_LONG,
-    "ID_UTF8ByteOrderMarkIsSkipped~partial1_bom": _TRUNCATED_MARK,
-    "ID_UTF8ByteOrderMarkIsSkipped~partial2_bom": _TRUNCATED_MARK,
 }
 
 
@@ -70,7 +64,7 @@ def _body(case: dict[str, Any]) -> bytes:
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
 def test_google_parser_case(case: dict[str, Any]) -> None:
-    rules = parse(_body(case).decode("utf-8", errors="replace"), case["agent"])
+    rules = parse(robots_text(_body(case)), case["agent"])
     expected = case["allowed"]
     if case["name"] in GOOGLE_DIFFERENCES:
         expected = not expected
@@ -93,6 +87,8 @@ def test_only_google_specific_cases_may_differ() -> None:
         # A UTF-8 byte-order mark before the first group: the group still counts.
         (b"\xef\xbb\xbfUser-agent: *\nDisallow: /private\n", "/private/a", False),
         (b"\xef\xbb\xbfUser-agent: *\nDisallow: /private\n", "/public", True),
+        # Google's parser skips a truncated mark too (not UTF-8 either way).
+        (b"\xef\xbbUser-agent: *\nDisallow: /private\n", "/private/a", False),
         # Lines other than user-agent, allow and disallow never end or split a group (2.2.4).
         (
             b"User-agent: other\nCrawl-delay: 1\nUser-agent: trio-crawler\nDisallow: /x\n",
@@ -326,3 +322,41 @@ def test_rules_and_urls_meet_in_one_spelling() -> None:
 )
 def test_path_of(url: str, path: str) -> None:
     assert path_of(url) == path
+
+
+# -- how much of a body is read ---------------------------------------------------------------
+
+
+def test_at_most_500_kib_is_parsed_up_to_the_last_whole_line() -> None:
+    # RFC 9309 2.5. The limit falls inside the second rule: its start ("Disallow: /cu")
+    # is no rule, and nothing after it is read.
+    head, early, cut_rule = b"User-agent: *\n", b"Disallow: /early\n", b"Disallow: /cut-in-half\n"
+    padding = MAX_PARSED_SIZE - len(b"Disallow: /cu") - len(head) - len(early)
+    comment = b"#" + b"x" * (padding - 2) + b"\n"
+    body = head + comment + early + cut_rule + b"Disallow: /late\n"
+    assert body.index(cut_rule) + len(b"Disallow: /cu") == MAX_PARSED_SIZE
+    rules = RobotsRules.from_response(200, body)
+    assert [rules.allowed(f"http://example.com/{path}") for path in ("early", "cu", "late")] == [
+        False,
+        True,
+        True,
+    ]
+    assert len(rules.as_text()) == body.index(cut_rule)
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        (b"User-agent: *", "User-agent: *"),
+        (b"\xef\xbb\xbfa", "a"),
+        (b"\xefa", "a"),
+        (b"\xef\x11\xbfa", "\x11\ufffda"),  # a mark's first byte, then garbage
+        (b"a\xef\xbb\xbf", "a\ufeff"),  # a mark later on is no mark
+        (b"a\xffb", "a\ufffdb"),
+        (b"x" * MAX_PARSED_SIZE, "x" * MAX_PARSED_SIZE),  # exactly at the limit: whole
+        (b"x" * (MAX_PARSED_SIZE + 1), ""),  # past it without a line end: nothing
+        (b"x\r" + b"y" * MAX_PARSED_SIZE, "x\r"),
+    ],
+)
+def test_robots_text(body: bytes, text: str) -> None:
+    assert robots_text(body) == text

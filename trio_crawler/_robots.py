@@ -3,7 +3,7 @@
 The core asks for ``/robots.txt`` once per origin (scheme, host, port) before the first URL
 there, and turns the outcome into :class:`RobotsRules` with :meth:`RobotsRules.from_response`.
 Fetching is the engines' business, reading the file is :mod:`._robots_parser`'s; what this
-module adds is the RFC's reading of statuses:
+module adds is the RFC's reading of statuses and of the body's bytes:
 
 ==============  ============================================================================
 2xx             the file's rules apply, for the group matching our product token
@@ -12,6 +12,9 @@ module adds is the RFC's reading of statuses:
 5xx             "unreachable": everything is disallowed (section 2.3.1.4)
 network error   decided by the core: the origin's URLs fail with that error
 ==============  ============================================================================
+
+A body is read as :func:`robots_text` says: at most :data:`MAX_PARSED_SIZE` of it, a
+byte-order mark skipped, UTF-8 with a replacement character for each stray byte.
 """
 
 from __future__ import annotations
@@ -25,6 +28,30 @@ from ._robots_parser import AgentRules, parse
 PRODUCT_TOKEN = "trio-crawler"
 # RFC 9309, section 2.3.1.2: crawlers SHOULD follow at least five consecutive redirects.
 MAX_ROBOTS_REDIRECTS = 5
+# RFC 9309, section 2.5: crawlers MUST parse at least 500 KiB of a robots.txt and MAY
+# ignore the rest. (The fetch already stops reading there; this holds for any body.)
+MAX_PARSED_SIZE = 500 * 1024
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def robots_text(body: bytes) -> str:
+    """The text of a robots.txt body, as far as it is parsed.
+
+    At most :data:`MAX_PARSED_SIZE` bytes, up to the end of the last whole line within
+    them (a rule cut in half is no rule: ``Disallow: /private`` cut to ``Disallow: /pri``
+    would disallow too much). A UTF-8 byte-order mark at the start is skipped, as is a
+    truncated one (Google's parser does the same: robots.cc skips any prefix of the mark),
+    which would otherwise void the first line and with it a group. The RFC's files are
+    UTF-8; a stray byte becomes U+FFFD rather than voiding the rest of the file.
+    """
+    if len(body) > MAX_PARSED_SIZE:
+        cut = max(body.rfind(b"\n", 0, MAX_PARSED_SIZE), body.rfind(b"\r", 0, MAX_PARSED_SIZE))
+        body = body[: cut + 1]
+    for length in (3, 2, 1):
+        if body[:length] == _UTF8_BOM[:length]:
+            body = body[length:]
+            break
+    return body.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +73,7 @@ class RobotsRules:
     def from_response(cls, status: int, body: bytes) -> RobotsRules:
         """The rules for a robots.txt answered with ``status`` and ``body``."""
         if 200 <= status < 300:
-            # The RFC's files are UTF-8; a stray byte must not void the rest of the file.
-            return cls.from_text(body.decode("utf-8", errors="replace"))
+            return cls.from_text(robots_text(body))
         if 500 <= status < 600:
             return cls(allow_all=False)
         # 4xx, and anything else the RFC does not name (1xx, a 3xx that ended the chain):
@@ -63,7 +89,7 @@ class RobotsRules:
 
     @classmethod
     def from_text(cls, text: str) -> RobotsRules:
-        """The rules :meth:`as_text` kept, or a robots.txt file's text."""
+        """The rules :meth:`as_text` kept (or a file's text, from :func:`robots_text`)."""
         if text == "allow":
             return cls(allow_all=True)
         if text == "deny":

@@ -129,6 +129,16 @@ def test_rules_survive_the_store_round_trip(body: bytes) -> None:
         assert again.allowed(url) is rules.allowed(url)
 
 
+@pytest.mark.parametrize("body", [b"allow", b"deny"])
+def test_a_file_that_is_a_stored_word_allows_everything_after_a_reload_too(body: bytes) -> None:
+    # One bare word is no record, so the file allows everything, as an empty one does;
+    # kept as the file it is, "deny" would read back as a 5xx's deny-all.
+    rules = RobotsRules.from_response(200, body)
+    again = RobotsRules.from_text(rules.as_text())
+    assert rules.allowed("http://example.com/a")
+    assert again.allowed("http://example.com/a")
+
+
 @pytest.mark.parametrize(
     ("status", "allowed", "text"),
     [

@@ -73,7 +73,11 @@ class RobotsRules:
     def from_response(cls, status: int, body: bytes) -> RobotsRules:
         """The rules for a robots.txt answered with ``status`` and ``body``."""
         if 200 <= status < 300:
-            return cls.from_text(robots_text(body))
+            text = robots_text(body)
+            # A file that is just one of as_text()'s two words holds no record: it allows
+            # everything, as an empty file does, and is kept as one so as not to read back
+            # as "deny".
+            return cls.from_text("" if text in ("allow", "deny") else text)
         if 500 <= status < 600:
             return cls(allow_all=False)
         # 4xx, and anything else the RFC does not name (1xx, a 3xx that ended the chain):
@@ -82,7 +86,8 @@ class RobotsRules:
 
     def as_text(self) -> str:
         """The rules as a store keeps them: the file, or ``allow``/``deny`` when the
-        status alone decided (a file is never one bare word, so the two cannot clash)."""
+        status alone decided (:meth:`from_response` never keeps a file that is one of
+        those words, so the two cannot clash)."""
         if self.parsed is not None and self.text is not None:
             return self.text
         return "allow" if self.allow_all else "deny"

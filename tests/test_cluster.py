@@ -217,6 +217,83 @@ async def test_max_pages_survivors_fetch_what_a_killed_process_started(
     assert set(urls) <= {http.url(path) for path in site.fetched}, context
 
 
+STRANDED = re.compile(r"^leased by no live process: (\d+) \(back by (\d\d):(\d\d):(\d\d)\)$")
+
+
+@pytest.mark.trio
+async def test_status_and_a_survivor_say_what_a_killed_process_holds_and_until_when(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """Issue #22: after a SIGKILL the survivors wait for the dead process's leases with
+    nothing saying why. --status (after the contract's five lines, unchanged) counts the
+    leases held by no live process, with the time they come back; the survivor says so
+    once, in one line. A process renews every third of its lease, so one that made no
+    call for half a lease has stopped: with --lease 8, from 4 s to 8 s after its last
+    renewal."""
+    import datetime
+
+    site = Site(12, random.Random(f"{SEED}-stranded"), pause=0.5)
+    site.arm(2)
+    lease = ["--lease", "8", "--ignore-robots"]
+    outputs = [tmp_path / "dead.jsonl", tmp_path / "survivor.jsonl"]
+    found: list[str] = []
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as http:
+            http.fallback(site.handle)
+            root = http.url("/p/0.html")
+            dead = await run_child(
+                command("trio", redis.url(), outputs[0], *lease, root),
+                tmp_path,
+                site=site,
+                send=signal.SIGKILL,
+                name="dead",
+            )
+            async with trio.open_nursery() as nursery:
+                survivor: list[Run] = []
+
+                async def survive() -> None:
+                    args = command("asyncio", redis.url(), outputs[1], *lease)
+                    survivor.append(await run_child(args, tmp_path, name="survivor"))
+
+                nursery.start_soon(survive)
+                # Asked until the dead process's leases show (a bounded wait: they do
+                # within 8 s, and come back at the latest 8 s after its last renewal).
+                while not survivor:
+                    status = await run_child(
+                        command("trio", redis.url(), None, "--status"), tmp_path, name="status"
+                    )
+                    assert status.returncode == 0, status
+                    lines = status.stdout.splitlines()
+                    match = STRANDED.match(lines[5])
+                    if match and int(match[1]) > 0:
+                        found.append(status.stdout)
+                        asked_at = datetime.datetime.now()
+                        break
+    context = f"dead: {dead}\nsurvivor: {survivor}\nstatus: {found}"
+    assert dead.returncode == -signal.SIGKILL, context
+    assert found, f"--status never showed the dead process's leases: {context}"
+    lines = found[0].splitlines()
+    assert [line.split(":")[0] for line in lines[:5]] == [
+        "queued", "leased", "done", "failed", "finished",
+    ], context  # fmt: skip
+    match = STRANDED.match(lines[5])
+    assert match is not None, context
+    assert 1 <= int(match[1]) <= int(lines[1].removeprefix("leased: ")), context
+    hours, minutes, seconds = (int(part) for part in match.groups()[1:])
+    back = asked_at.replace(hour=hours, minute=minutes, second=seconds, microsecond=0)
+    ahead = (back - asked_at).total_seconds() % 86400
+    assert ahead <= 8 or ahead >= 86400 - 1, context
+    run = survivor[0]
+    assert run.returncode == 0, context
+    assert "Finish reason: finished" in run.stdout, context
+    said = [line for line in run.stderr.splitlines() if "stopped renewing" in line]
+    assert len(said) == 1, context
+    assert re.search(r"\d+ URLs are leased by processes that stopped renewing them", said[0])
+    assert re.search(r"they come back by \d\d:\d\d:\d\d$", said[0]), context
+    urls = union(outputs, context)
+    assert set(urls) == {http.url(path) for path in site.paths()}, context
+
+
 @pytest.mark.trio
 async def test_a_killed_process_leaves_its_urls_to_the_others(
     tmp_path: Path, redis: RedisServer
@@ -501,7 +578,9 @@ async def test_joining_a_finished_crawl_makes_no_request(
     assert "Done: 0" in again.stdout, again
     assert "Finish reason: finished" in again.stdout, again
     assert status.returncode == 0, status
-    assert status.stdout == "queued: 0\nleased: 0\ndone: 30\nfailed: 0\nfinished: yes\n", status
+    assert status.stdout == (
+        "queued: 0\nleased: 0\ndone: 30\nfailed: 0\nfinished: yes\nleased by no live process: 0\n"
+    ), status
 
 
 class StderrWatch:

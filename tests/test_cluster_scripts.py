@@ -29,7 +29,7 @@ import pytest
 from redis_server import running_redis
 
 from trio_crawler import _cluster_scripts
-from trio_crawler._cluster_scripts import CREATE, STATUS, STEP
+from trio_crawler._cluster_scripts import CREATE, DETAILS, STATUS, STEP
 
 SEED = int(os.environ.get("CLUSTER_SCRIPT_SEED", "20261124"))
 STEPS = int(os.environ.get("CLUSTER_SCRIPT_STEPS", "300"))
@@ -202,10 +202,11 @@ def test_scripts_are_the_packaged_files_each_with_its_header() -> None:
     with a comment header naming its keys, arguments, answer and invariants; the prelude's
     header describes every key it names; and a file that is not there is an error."""
     lua = files("trio_crawler") / "lua"
-    names = ("prelude", "create", "step", "status")
+    names = ("prelude", "create", "step", "status", "details")
     source = {name: (lua / f"{name}.lua").read_text(encoding="utf-8") for name in names}
     prelude = source["prelude"]
-    for name, script in {"create": CREATE, "step": STEP, "status": STATUS}.items():
+    scripts = {"create": CREATE, "step": STEP, "status": STATUS, "details": DETAILS}
+    for name, script in scripts.items():
         assert script == prelude + source[name], name
     for name, text in source.items():
         lines = text.splitlines()
@@ -263,3 +264,45 @@ async def test_a_malformed_batch_writes_nothing_and_a_damaged_entry_is_counted_o
             assert [item[1].split(" ", 4)[4] for item in answer["l"]] == [root, POOL[1]]
             state = await snapshot(client)
             check(state, {root, POOL[1]}, set(), "after a damaged entry")
+
+
+@pytest.mark.trio
+async def test_leases_of_a_process_that_stopped_renewing_are_told_apart(tmp_path: Path) -> None:
+    """A process renews its leases every third of its lease, in a step call: one that has
+    made no call for half its lease holds its leases for no live process. An idle lease
+    says how many and when the last comes back; details.lua (for --status) says the same,
+    with the time of day. The scripts take the clock as an argument: no waiting here."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create, step = client.register_script(CREATE), client.register_script(STEP)
+            details = client.register_script(DETAILS)
+            key = ORIGINS[0]
+            urls = [u for u in POOL if origin(u) == key][:6]
+            args = [P, "1000", json.dumps(urls[:1]), "{}", "0", "0", "", "10", urls[0], key]
+            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+
+            async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
+                raw = await step(keys=[P + "meta"], args=[P, str(at), owner, "60", json.dumps(ops)])
+                answer: dict[str, Any] = json.loads(raw)
+                return answer
+
+            add = {"k": "add", "o": key, "u": urls[1:5], "d": 1, "r": 10, "s": 0,
+                   "f": False, "q": True}  # fmt: skip
+            leased = await call("dead", 1000, [add, {"k": "lease", "n": 3}])
+            assert len(leased["l"]) == 3
+            # Half a lease (30 s) without a call: still live; past it, stranded.
+            assert "o" not in await call("idle", 1029, [{"k": "lease", "n": 0}])
+            # (A lease that got something says nothing: that process is not waiting.)
+            assert len((await call("idle", 1030, [{"k": "lease", "n": 5}]))["l"]) == 2
+            answer = await call("idle", 1031, [{"k": "lease", "n": 5}])
+            assert not answer["l"], answer
+            assert answer["o"] == [3, 29], answer
+            told = await details(keys=[P + "meta"], args=[P, "1031"])
+            assert told[0] == 3, told  # the idle process's own two are live
+            assert float(told[1]) == 1060.0, told
+            assert told[2:] == ["", 0], told
+            # The holder calls again (a renewal): its leases are live again.
+            mine = [item[1].split(" ", 4)[4] for item in leased["l"]]
+            await call("dead", 1032, [{"k": "renew", "u": mine}])
+            assert "o" not in await call("idle", 1033, [{"k": "lease", "n": 5}])
+            assert (await details(keys=[P + "meta"], args=[P, "1033"]))[:2] == [0, ""]

@@ -16,6 +16,7 @@ for one that raced the creator).
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
-from ._cluster_scripts import STATUS
+from ._cluster_scripts import DETAILS, STATUS
 from ._config import ConfigError, CrawlOptions, OptionChanged, declared_options, redacted
 from ._events import FetchRequest
 from ._robots import origin_of
@@ -177,28 +178,82 @@ class SharedCounts:
         )
 
 
-async def read_status(url: str, crawl_id: str) -> SharedCounts:
-    """The counts of the shared crawl ``crawl_id`` (``--status``); changes nothing.
+def clock_time(server_time: float) -> str:
+    """A time on the server's clock (seconds since the epoch) as ``HH:MM:SS``, local."""
+    return datetime.datetime.fromtimestamp(server_time).strftime("%H:%M:%S")
+
+
+@dataclass(frozen=True, slots=True)
+class SharedStatus:
+    """What ``--status`` prints: the contract's counts, first and as they are, then what
+    explains a crawl that waits.
+
+    Attributes:
+        counts: The counts (``queued`` ... ``finished``).
+        stranded: Leases held by processes that stopped renewing them (killed, or cut off
+            from the server); they come back to the queue when they run out.
+        back_by: The server time by which all of those have run out; None for none.
+        budget: ``--max-pages`` of the crawl; None for none.
+        started: The URLs the budget counted (started by any process).
+    """
+
+    counts: SharedCounts
+    stranded: int = 0
+    back_by: float | None = None
+    budget: int | None = None
+    started: int = 0
+
+    @classmethod
+    def from_answers(cls, counts: object, details: object) -> SharedStatus:
+        """The status from status.lua's and details.lua's answers.
+
+        Raises:
+            ValueError: An answer is not one of a crawl.
+        """
+        if not (isinstance(details, list) and len(details) == 4):
+            raise ValueError(f"not a crawl's details: {details!r}")
+        stranded, back_by, budget, started = details
+        return cls(
+            SharedCounts.from_answer(counts),
+            stranded=int(stranded),
+            back_by=float(back_by) if back_by else None,
+            budget=int(budget) if budget else None,
+            started=int(started),
+        )
+
+    def lines(self) -> str:
+        text = self.counts.lines() + f"leased by no live process: {self.stranded}"
+        if self.stranded and self.back_by is not None:
+            text += f" (back by {clock_time(self.back_by)})"
+        text += "\n"
+        if self.budget is not None:
+            spent = ", spent" if self.started >= self.budget else ""
+            text += f"max-pages: {self.started} of {self.budget} started{spent}\n"
+        return text
+
+
+async def read_status(url: str, crawl_id: str) -> SharedStatus:
+    """The status of the shared crawl ``crawl_id`` (``--status``); changes nothing.
 
     Raises:
         ClusterError: No server answers, or it holds no such crawl.
     """
     where = redacted(url)
+    keys, args = [prefix_of(crawl_id) + "meta"], [prefix_of(crawl_id), ""]
     try:
         async with redis_client(url) as client:
-            answer = await client.register_script(STATUS)(
-                keys=[prefix_of(crawl_id) + "meta"], args=[prefix_of(crawl_id), ""]
-            )
+            counts = await client.register_script(STATUS)(keys=keys, args=args)
+            details = await client.register_script(DETAILS)(keys=keys, args=args)
     except BaseException as exc:
         refused = refusal(exc, where)
         if refused is None:
             raise
         raise refused from None
-    if not answer:
+    if not counts:
         raise ClusterError(f"{where} holds no crawl named {crawl_id!r}")
     try:
-        return SharedCounts.from_answer(answer)
-    except ValueError:
+        return SharedStatus.from_answers(counts, details)
+    except (ValueError, TypeError):
         raise ClusterError(f"{where}: crawl {crawl_id!r} is not a trio-crawler crawl") from None
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-__all__ = ["CLOCK", "CREATE", "STATUS", "STEP"]
+__all__ = ["CLOCK", "CREATE", "DETAILS", "STATUS", "STEP"]
 
 
 def _source(name: str) -> str:
@@ -40,5 +40,8 @@ CREATE = _PRELUDE + _source("create.lua")
 STEP = _PRELUDE + _source("step.lua")
 # The counts, for --status and for processes that join (lua/status.lua).
 STATUS = _PRELUDE + _source("status.lua")
+# What --status shows after the counts: leases held by no live process, the budget
+# (lua/details.lua).
+DETAILS = _PRELUDE + _source("details.lua")
 # The server's clock, for a process that joins (lua/clock.lua); no prelude: no keys.
 CLOCK = _source("clock.lua")

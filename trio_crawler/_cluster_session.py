@@ -150,6 +150,9 @@ class ClusterSession:
         # With --max-pages, the crawl's budget as the last answer said: whether it is
         # spent, and how many URLs it counted are not done (here or elsewhere).
         self.budget: tuple[bool, int] | None = None
+        # Leases of processes that stopped renewing them, as the last lease that found
+        # nothing said: how many, and when the last comes back (on the engine's clock).
+        self.stranded: tuple[int, float] | None = None
 
     @property
     def is_open(self) -> bool:
@@ -434,11 +437,32 @@ class ClusterSession:
             self.shared = SharedCounts.from_answer(answer.get("c"))
         except TypeError as exc:
             raise ValueError(str(exc)) from None
+        if ops and ops[-1]["k"] == "lease":
+            self._note_stranded(answer.get("o"))
         budget = answer.get("b")
         if budget is not None:
             if not (isinstance(budget, list) and len(budget) == 2):
                 raise ValueError(f"not a budget: {budget!r:.80}")
             self.budget = (budget[0] == 1, int(budget[1]))
+
+    def _note_stranded(self, answer: object) -> None:
+        """Keep what a lease's answer says of the leases held by no live process, and say
+        so once for each new lot: an idle process may wait for them for up to a lease,
+        which without a word looks like a hang (issue #22)."""
+        if not (isinstance(answer, list) and len(answer) == 2):
+            self.stranded = None
+            return
+        count, wait = int(answer[0]), float(answer[1])
+        back = self.now() + wait
+        if self.stranded is None or back > self.stranded[1] + 1.0:
+            LOGGER.warning(
+                "shared frontier %s: %d URLs are leased by processes that stopped renewing "
+                "them (killed, or cut off from the server); they come back by %s",
+                self.where,
+                count,
+                datetime.datetime.fromtimestamp(self.runtime.wall_time(back)).strftime("%H:%M:%S"),
+            )
+        self.stranded = (count, back)
 
     def _note_away(self, exc: BaseException, give_up: float) -> None:
         """One line when the server goes away, saying until when; then one when it is

@@ -187,6 +187,16 @@ class RedisFrontier:
         return max(0, self.shared.leased - len(self._held))
 
     @property
+    def held_by_none(self) -> tuple[int, float] | None:
+        """Leases of processes that stopped renewing them (killed, or cut off from the
+        server), as this process last heard when it found nothing to lease: how many, and
+        the time of day by which they come back to the queue; None when there are none."""
+        stranded = self.link.stranded
+        if stranded is None or self._runtime is None or self._now() >= stranded[1]:
+            return None
+        return stranded[0], self.link.runtime.wall_time(stranded[1])
+
+    @property
     def in_flight_count(self) -> int:
         """Requests in flight here, and changes that hold a lease until they are sent."""
         if self._closed:
@@ -468,8 +478,9 @@ class RedisFrontier:
             # Woken by a "work" message before then. The server's clock is this engine's
             # (see ClusterSession.connect), to the microsecond of its TIME.
             wait = seconds(answer.get("w"))
-            if self.shared.leased > len(self._held):  # another process's may run out
-                wait = min(wait, seconds(answer.get("x")), self.lease)
+            if self.shared.leased > len(self._held):  # another process's may run out,
+                # or its holder be found to have stopped (then this process says so)
+                wait = min(wait, seconds(answer.get("x")), seconds(answer.get("y")), self.lease)
             # Nothing to wait for (inf): no lease is asked for until something changes
             # (a "work" message, or a change of this process's own, see MAKES_WORK).
             self.link.idle_until = self._now() + wait

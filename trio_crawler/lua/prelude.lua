@@ -47,6 +47,8 @@
 --                          robots.txt
 --   P held        hash     lease -> "OWNER\nORIGIN\nENTRY"
 --   P started     set      with a budget: the URLs whose first lease counted in it
+--   P owners      hash     owner -> "TIME LEASE": when each process last called the
+--                          step script, and its lease seconds (see orphans())
 --   P idle        set      processes that found nothing to lease; told when work
 --                          comes
 --   P events      channel  "work N" (N: the step call that made work ready),
@@ -73,6 +75,7 @@ local LEASES = P .. 'leases'
 local HELD = P .. 'held'
 local IDLE = P .. 'idle'
 local STARTED = P .. 'started'
+local OWNERS = P .. 'owners'
 local EVENTS = P .. 'events'
 local woke = false
 -- The number of the step call running (set by step.lua), sent with "work" so that a
@@ -221,6 +224,36 @@ local function push_entries(o, entries, first)
   redis.call('HINCRBY', okey(o), 'qn', #entries)
   count('queued', #entries)
   make_ready(o)
+end
+
+-- The leases whose holder stopped renewing them, the latest of their deadlines
+-- (nil when there is none), and the time at which the first live holder would
+-- count as stopped if it made no call till then (nil: none): what an idle
+-- process waits for, and why. A process renews its leases every third of its
+-- lease, in a step call, which notes the time in 'owners'; one that has made no
+-- call for half a lease has missed a renewal by half a period again, so it
+-- stopped (it was killed, or is cut off from the server), and its leases come
+-- back at their deadlines.
+local function orphans()
+  local count, latest, suspect = 0, nil, nil
+  local alive = {}
+  local leases = redis.call('ZRANGE', LEASES, 0, -1, 'WITHSCORES')
+  for i = 1, #leases, 2 do
+    local holder = held_by(leases[i])
+    if holder and alive[holder] == nil then
+      local seen = redis.call('HGET', OWNERS, holder)
+      local at, span = string.match(seen or '', '^(%S+) (%S+)$')
+      local stops = at and tonumber(at) + tonumber(span) / 2
+      alive[holder] = stops ~= nil and now <= stops
+      if alive[holder] and (suspect == nil or stops < suspect) then suspect = stops end
+    end
+    if holder and not alive[holder] then
+      count = count + 1
+      local deadline = tonumber(leases[i + 1])
+      if latest == nil or deadline > latest then latest = deadline end
+    end
+  end
+  return count, latest, suspect
 end
 
 -- The counts every script answers with:

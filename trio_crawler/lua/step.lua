@@ -38,12 +38,21 @@
 --                      both computed only when nothing was leased,
 --                 "n": this call's number (see "work" in prelude.lua),
 --                 "b": with a budget (--max-pages): {1 if it is spent else 0,
---                      the URLs it counted that are not done}; absent without};
+--                      the URLs it counted that are not done}; absent without,
+--                 "o": when nothing was leased and some leases are held by
+--                      processes that stopped renewing (prelude.lua's
+--                      orphans()): {how many, seconds until the last comes
+--                      back}; absent otherwise,
+--                 "y": seconds until a process that holds leases would count as
+--                      stopped, if it made no call till then (-1: none does;
+--                      computed only when nothing was leased), so that an idle
+--                      process can look again then, and say so};
 --          {"gone": 1} when the prefix holds no crawl of this layout;
 --          {"bad": i} when operation i (from 1; 0: the list itself) is not one
 --          of the above, fields and their types included: then nothing at all
 --          is written, since every operation is checked before the first write.
--- Keeps    pending = queued + leased, changed only where a URL changes state:
+-- Keeps    the caller's last call in 'owners' (now, and its lease seconds);
+--          pending = queued + leased, changed only where a URL changes state:
 --          a URL moves q -> l (lease), l -> q (back, or its lease ran out),
 --          l or q -> d (done, drop), and never out of d;
 --          only the holder of a lease renews it, gives it back or settles its
@@ -100,6 +109,7 @@ end
 
 if redis.call('HGET', META, 'v') ~= '1' then return cjson.encode({gone = 1}) end
 this_call = redis.call('HINCRBY', META, 'calls', 1)
+redis.call('HSET', OWNERS, owner, now .. ' ' .. lease_for)
 local fin = redis.call('HGET', META, 'fin') == '1'
 local results = {}
 local leased = {}
@@ -311,6 +321,14 @@ if #leased == 0 then
   local soon = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
   if soon[2] then expiry = math.max(0, tonumber(soon[2]) - now) end
 end
+-- Nothing leased: the leases of processes that stopped renewing, which may be
+-- what this one waits for (a count, and seconds until the last comes back).
+local stranded, suspect = nil, -1
+if #leased == 0 then
+  local count, latest, soonest = orphans()
+  if count > 0 then stranded = {count, math.max(0, latest - now)} end
+  if soonest then suspect = math.max(0, soonest - now) end
+end
 -- The budget, when the crawl has one: whether it is spent, and how many of the
 -- URLs it counted are not done yet (queued again, or leased).
 local spending = nil
@@ -319,4 +337,4 @@ if budget then
   spending = {spent() and 1 or 0, (tonumber(m[1]) or 0) - (tonumber(m[2]) or 0)}
 end
 return cjson.encode({r = results, l = leased, c = counts(), w = wait, x = expiry,
-  n = this_call, b = spending})
+  n = this_call, b = spending, o = stranded, y = suspect})

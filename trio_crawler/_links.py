@@ -32,6 +32,12 @@ page URL) or else the page URL, by :func:`trio_crawler._urls.normalize_url`: by 
 Standard, as a browser resolves ``a.href``, dropping anything that is not an absolute
 http(s) URL.
 
+*Which directives?* A page can ask crawlers not to follow its links with ``<meta name="robots"
+content="nofollow">`` (or ``name="trio-crawler"``, our product token). Reading those takes a
+second query over the tree the links came from, so :func:`extract_links` hands their
+``content`` back on request instead of making its caller parse the page again; what the words
+mean is the page reader's business (:mod:`trio_crawler._page`).
+
 Nothing here raises on what a server sends: an unknown charset, undecodable bytes, a broken
 tag or a malformed href makes a page yield fewer links, never an exception.
 """
@@ -43,9 +49,16 @@ import re
 
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
+from ._robots import PRODUCT_TOKEN
 from ._urls import LinkResolver, normalize_url
 
-__all__ = ["PARSED_MEDIA_TYPES", "choose_encoding", "extract_links", "parse_content_type"]
+__all__ = [
+    "PARSED_MEDIA_TYPES",
+    "ROBOTS_META_NAMES",
+    "choose_encoding",
+    "extract_links",
+    "parse_content_type",
+]
 
 PARSED_MEDIA_TYPES: frozenset[str] = frozenset(
     {"text/html", "application/xhtml+xml", "application/xml", "text/xml"}
@@ -66,6 +79,13 @@ _DEFAULT_ENCODING = "utf-8"
 # parser) costs about as much as the parse: a whole extract_links takes 0.4 ms for 50 links.
 _LINK_SELECTOR = "a[href], area[href], link[href]"
 _BASE_SELECTOR = "base[href]"
+# The <meta> names whose content is a crawl directive for us: every robot's, and ours. Other
+# robots' (<meta name="googlebot">) are theirs alone. Compared lower-cased, as HTML names are
+# matched ASCII case-insensitively.
+ROBOTS_META_NAMES: frozenset[str] = frozenset({"robots", PRODUCT_TOKEN})
+# Every named <meta>, filtered in Python: a page has a handful, and a CSS attribute test for
+# two values case-insensitively would be a longer query for the same walk.
+_META_SELECTOR = "meta[name]"
 
 # Python codecs that decode bytes to text but are not character encodings of documents: a
 # page labelled with one is treated as if the label were unknown. idna and undefined raise
@@ -142,7 +162,12 @@ def choose_encoding(body: bytes, header_charset: str | None) -> str:
 
 
 def extract_links(
-    body: bytes, page_url: str, encoding: str, *, normalized: bool = False
+    body: bytes,
+    page_url: str,
+    encoding: str,
+    *,
+    normalized: bool = False,
+    robots_meta: list[str] | None = None,
 ) -> set[str]:
     """Find the links on a page, as absolute http(s) URLs without fragments.
 
@@ -159,6 +184,11 @@ def extract_links(
             Python cannot decode documents with means UTF-8.
         normalized: ``page_url`` is known to be ``normalize_url``'s output (the crawler's
             own URLs are), which saves checking it.
+        robots_meta: A list to which the ``content`` of each ``<meta>`` named in
+            :data:`ROBOTS_META_NAMES` is appended, in document order, read from the same
+            parse as the links (an out-parameter, so that the return value, and every
+            stand-in for this function, stays a set of links). None, the default, skips
+            the lookup.
 
     Returns:
         The distinct links. Never raises: malformed pages and hrefs give fewer links.
@@ -167,9 +197,17 @@ def extract_links(
         document = LexborHTMLParser(_parser_input(body, encoding))
         base_nodes = document.css(_BASE_SELECTOR)
         link_nodes = document.css(_LINK_SELECTOR)
+        meta_nodes = document.css(_META_SELECTOR) if robots_meta is not None else []
     except (SelectolaxError, ValueError):
         # Lexbor failing to allocate or parse, or selectolax's input size limit (2.5 GB).
         return set()
+
+    if robots_meta is not None:
+        for node in meta_nodes:
+            name = (node.attrs.get("name") or "").strip().lower()
+            content = node.attrs.get("content")
+            if name in ROBOTS_META_NAMES and content:
+                robots_meta.append(content)
 
     base = page_url
     if base_nodes:

@@ -46,9 +46,11 @@ body was not drained), so an error or a cancellation never leaves a pool slot ta
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import functools
 import logging
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -151,6 +153,9 @@ async def fetch(
             headers = {**(headers or {}), "user-agent": user_agent}
         async with client.stream("GET", url, headers=headers) as response:
             fields = _fields(response)
+            # Read as the headers arrive: a date is turned into seconds from now (see
+            # _retry_after), and "now" is before the body, which may take a while.
+            retry_after = _retry_after(fields.get("retry-after"), fields.get("date"))
             encoding = fields.get("content-encoding", "")
             decoder = BodyDecoder(encoding, ROBOTS_MAX_SIZE if robots else max_size)
             cut = False
@@ -167,7 +172,7 @@ async def fetch(
                 content_type=fields.get("content-type"),
                 location=location if location is not None else fields.get("location"),
                 body=body,
-                retry_after=_retry_after(fields.get("retry-after")),
+                retry_after=retry_after,
                 etag=fields.get("etag"),
                 last_modified=fields.get("last-modified"),
                 exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
@@ -227,7 +232,15 @@ def _whole_lines(text: bytes) -> bytes:
 
 # The response headers fetch() reads.
 _FIELDS = frozenset(
-    {b"content-encoding", b"content-type", b"location", b"retry-after", b"etag", b"last-modified"}
+    {
+        b"content-encoding",
+        b"content-type",
+        b"location",
+        b"retry-after",
+        b"date",
+        b"etag",
+        b"last-modified",
+    }
 )
 
 
@@ -250,21 +263,62 @@ def _fields(response: httpx.Response) -> dict[str, str]:
     return found
 
 
-def _retry_after(value: str | None) -> float | None:
-    """Seconds a ``Retry-After`` header value asks for (RFC 9110 section 10.2.3), or None."""
+def _retry_after(
+    value: str | None, date: str | None = None, *, received: float | None = None
+) -> float | None:
+    """Seconds a ``Retry-After`` header value asks for (RFC 9110 section 10.2.3), or None.
+
+    The value is either a number of seconds or an HTTP date. A date is a time on the
+    server's clock, and the core cannot use one: it has only the engine's clock, which is
+    monotonic and starts anywhere, and it reads no clock itself. So a date becomes seconds
+    here, at the boundary, which may read the wall clock. It is measured from the
+    response's own ``Date`` (the server's clock as it answered, RFC 9110 section 6.6.1),
+    the one reading that needs no agreement between the two clocks: a server whose clock
+    is an hour off still gets the wait it asked for. Without a usable ``Date`` it is
+    measured from ``received``, the local wall clock as the response arrived (read here
+    when not given). A date already past is no wait at all.
+
+    Args:
+        value: The ``Retry-After`` header, or None.
+        date: The response's ``Date`` header, or None.
+        received: The wall clock (``time.time()``) when the response arrived.
+    """
     if value is None:
         return None
     value = value.strip()
     if value.isascii() and value.isdigit():  # "²" is a digit to str.isdigit()
         return float(value)
+    when = _http_date(value)
+    if when is None:
+        return None
+    reference = _http_date(date) if date is not None else None
+    if reference is None:
+        reference = time.time() if received is None else received
+    return max(0.0, when - reference)
+
+
+# RFC 9110 section 5.6.7's obsolete asctime() format, the one HTTP date with no zone
+# written in it ("Sun Nov  6 08:49:37 1994", GMT by definition).
+_ASCTIME = re.compile(r"[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}")
+
+
+def _http_date(value: str) -> float | None:
+    """An HTTP date (RFC 9110 section 5.6.7, any of its three formats) as a POSIX
+    timestamp, or None. A date in another form with no zone is no HTTP date: its
+    sender's time zone is anyone's guess."""
+    value = value.strip()
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
+        if not _ASCTIME.fullmatch(value):
+            return None
+        when = when.replace(tzinfo=datetime.UTC)
+    try:
+        return when.timestamp()
+    except (OverflowError, ValueError):  # a year the platform's clock cannot hold
         return None
-    # A date needs the wall clock; this is the only place the crawler reads it.
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _exchange(

@@ -4,26 +4,63 @@ A pure function of the response and the crawl's scope, with no memory of the cra
 does not know which links are new (the frontier does) or whether the next hop is too deep
 (the core does). Keeping it apart lets the core's decision code stay short, and lets a
 frontier that lives in a database or a Redis server be told "these links" in one call.
+
+A page may ask crawlers not to follow its links: ``<meta name="robots" content="nofollow">``
+(``none`` means the same, plus ``noindex``), the same under our own name
+(``<meta name="trio-crawler">``), or an ``X-Robots-Tag: nofollow`` response header. Such a
+page's reading has no links and says ``nofollow``; its record counts none. Only ``nofollow``
+and ``none`` matter to a crawler that keeps no index: ``noindex`` alone still lets the links
+be followed. ``rel="nofollow"`` on one link is a hint about that link's endorsement, not a
+crawl directive, and is followed. The header is read first, so a page it rules out is not
+even parsed; the ``<meta>`` tags come from the parse the links come from.
+
+The header's grammar is Google's ("Robots meta tag, data-nosnippet, and X-Robots-Tag
+specifications"; MDN's X-Robots-Tag page says the same): each header line is a
+comma-separated list of rules, and a rule written ``bot: rule`` names the robot that it and
+the rules after it on that line are for; rules before any such name are for every robot.
+Some rules carry a value after a colon themselves (``unavailable_after: 25 Jun 2010
+15:00:00 PST``, ``max-snippet: 20``), so those names are not taken for robots'. A robot's
+name is ours when it is our product token, compared as robots.txt compares them
+(case-insensitively, cut at the first character that is not a letter, ``-`` or ``_``, so
+``trio-crawler/0.2`` is ours too).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from ._events import describe_exception
 from ._links import PARSED_MEDIA_TYPES, choose_encoding, extract_links, parse_content_type
+from ._robots import PRODUCT_TOKEN
 from ._sitemaps import read_sitemap
 from ._stats import FetchStatistic
 from ._urls import normalize_url
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
     from ._events import FetchError, Response
     from ._urls import Scope
 
 LOGGER = logging.getLogger("trio_crawler")
+
+# The rules that stop a crawler following a page's links: "nofollow", and "none", which is
+# "noindex, nofollow" (Google's robots meta tag reference; rules are case-insensitive).
+_NOFOLLOW_RULES = frozenset({"nofollow", "none"})
+# Google's rules that carry a value after a colon: "max-snippet: 20" is a rule, not a rule
+# "20" for a robot named "max-snippet".
+_RULES_WITH_VALUES = frozenset(
+    {"max-snippet", "max-image-preview", "max-video-preview", "unavailable_after"}
+)
+# What may stand before a colon as a robot's name: one word (a date's "07:00" has a space
+# or a comma before it, so it never does).
+_ROBOT_NAME = re.compile(r"[^\s:,]+")
+# A product token (RFC 9309 2.2.1), as _robots_parser reads robots.txt group lines.
+_PRODUCT_TOKEN_PREFIX = re.compile(r"[A-Za-z_-]*")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,22 +74,43 @@ class PageReading:
             same order on every run (sets of str iterate in a hash order that changes per
             process).
         too_long: Links skipped for being longer than ``--max-url-length``.
+        nofollow: The page asked not to have its links followed (a robots ``<meta>`` or an
+            ``X-Robots-Tag`` header), and was obeyed: it has no links, and none are too long.
     """
 
     record: FetchStatistic
     links: tuple[str, ...] = ()
     too_long: int = 0
+    nofollow: bool = False
 
     def with_new(self, count: int) -> FetchStatistic:
         """The record, with ``count`` of its links new to the crawl."""
         return replace(self.record, num_new_urls=count) if count else self.record
 
 
-def read_page(url: str, response: Response, *, scope: Scope, max_url_length: int) -> PageReading:
+def read_page(
+    url: str,
+    response: Response,
+    *,
+    scope: Scope,
+    max_url_length: int,
+    obey_robots: bool = True,
+    x_robots_tags: Sequence[str] = (),
+) -> PageReading:
     """Read a response that is not a redirect into a record and its in-scope links.
 
-    Only status 200 pages of the parsed media types have links. A page the link extractor
-    breaks on (it promises never to raise) gets a record saying so, and the crawl goes on.
+    Only status 200 pages of the parsed media types have links, and of those only the ones
+    that do not ask to have their links left alone (see the module docstring). A page the
+    link extractor breaks on (it promises never to raise) gets a record saying so, and the
+    crawl goes on.
+
+    Args:
+        url: The URL the response answers.
+        response: The response, not a redirect.
+        scope: Which links the crawl may follow.
+        max_url_length: Links longer than this are counted (``too_long``), not kept.
+        obey_robots: Heed the page's robots directives; False for ``--ignore-robots``.
+        x_robots_tags: The response's ``X-Robots-Tag`` header values, one per header line.
     """
     if response.status != 200:
         return PageReading(
@@ -63,12 +121,23 @@ def read_page(url: str, response: Response, *, scope: Scope, max_url_length: int
     encoding = choose_encoding(response.body if parsed else b"", charset)
     links: set[str] = set()
     exception = None
+    nofollow = False
     if parsed:
-        try:
-            links = extract_links(response.body, url, encoding, normalized=True)
-        except Exception as exc:
-            LOGGER.exception("could not extract links from %s", url)
-            exception = describe_exception(exc)
+        if obey_robots and _header_says_nofollow(x_robots_tags):
+            nofollow = True  # decided before the parse, which it spares
+        else:
+            robots_meta: list[str] | None = [] if obey_robots else None
+            try:
+                links = extract_links(
+                    response.body, url, encoding, normalized=True, robots_meta=robots_meta
+                )
+            except Exception as exc:
+                LOGGER.exception("could not extract links from %s", url)
+                exception = describe_exception(exc)
+            if robots_meta and _meta_says_nofollow(robots_meta):
+                nofollow, links = True, set()
+        if nofollow:
+            LOGGER.info("not following the links on %s: the page says nofollow", url)
     too_long = 0
     in_scope = []
     for link in links:
@@ -90,7 +159,38 @@ def read_page(url: str, response: Response, *, scope: Scope, max_url_length: int
         encoding=encoding,
         num_urls=len(in_scope),
     )
-    return PageReading(record=record, links=tuple(in_scope), too_long=too_long)
+    return PageReading(record=record, links=tuple(in_scope), too_long=too_long, nofollow=nofollow)
+
+
+def _meta_says_nofollow(contents: Iterable[str]) -> bool:
+    """Whether any robots ``<meta>`` content (a comma-separated list of rules) says so."""
+    return any(
+        rule.strip().lower() in _NOFOLLOW_RULES
+        for content in contents
+        for rule in content.split(",")
+    )
+
+
+def _header_says_nofollow(values: Iterable[str]) -> bool:
+    """Whether any ``X-Robots-Tag`` header value says nofollow to every robot, or to us."""
+    for value in values:
+        for_us = True  # until a robot's name says otherwise
+        for item in value.split(","):
+            rule = item
+            name, colon, rest = item.partition(":")
+            name = name.strip()
+            if colon and name.lower() not in _RULES_WITH_VALUES and _ROBOT_NAME.fullmatch(name):
+                for_us = _is_our_name(name)
+                rule = rest
+            if for_us and rule.strip().lower() in _NOFOLLOW_RULES:
+                return True
+    return False
+
+
+def _is_our_name(name: str) -> bool:
+    """Whether a robot's name in a directive is our product token."""
+    match = _PRODUCT_TOKEN_PREFIX.match(name)
+    return match is not None and match.group().lower() == PRODUCT_TOKEN
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

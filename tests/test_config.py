@@ -32,7 +32,8 @@ SIGNATURE = (
     "(roots, *, exclude=None, strict=True, max_redirect=10, max_tries=4, max_tasks=10, "
     "client=None, sitemaps=False, timeout=10.0, max_time=None, max_pages=None, max_depth=None, "
     "max_size=10485760, max_url_length=2083, obey_robots=True, user_agent=None, "
-    "max_per_host=None, delay=0.0, state=None, recrawl=False, frontier=None, "
+    "max_per_host=None, delay=0.0, max_retry_after=600.0, state=None, recrawl=False, "
+    "frontier=None, "
     "crawl_id='crawl', lease=60.0, on_record=None, "
     "on_exchange=None, on_progress=None, progress_interval=0.1)"
 )
@@ -80,6 +81,9 @@ def all_declarations() -> list[tuple[str, Field[typing.Any], Option, type]]:
         ({"max_per_host": 0}, "max_per_host must be >= 1, not 0"),
         ({"delay": -1}, "delay must be from 0 to 60 seconds, not -1"),
         ({"delay": "1"}, "delay must be a number of seconds, not '1'"),
+        ({"max_retry_after": -1}, "max_retry_after must be a finite number of seconds, 0 or"),
+        ({"max_retry_after": float("inf")}, "max_retry_after must be a finite number of"),
+        ({"max_retry_after": None}, "max_retry_after must be a number of seconds, not None"),
     ],
 )
 def test_an_unusable_option_is_a_config_error_naming_it(
@@ -230,6 +234,7 @@ def test_crawler_passes_every_option_to_its_config(tmp_path: Path) -> None:
         "user_agent": "ua",
         "max_per_host": 10,
         "delay": 11.0,
+        "max_retry_after": 12.0,
     }
     # A crawl is kept in a state file or on a shared frontier, never both: two crawlers.
     stored = CrawlOptions(**common, state=str(tmp_path / "crawl.db"), recrawl=True)

@@ -572,9 +572,28 @@ async def test_retry_after_as_an_http_date(engine: Engine) -> None:
     assert 1 - slack <= retry - first_try <= 2 + slack
 
 
-@pytest.mark.parametrize("source", ["Retry-After", "Crawl-delay"])
-async def test_no_host_waits_longer_than_the_cap(
-    engine: Engine, source: str, monkeypatch: pytest.MonkeyPatch
+async def test_retry_after_as_a_date_is_measured_from_the_servers_date(engine: Engine) -> None:
+    """A server whose clock is a day behind ours: its Date says when it answered, and the
+    date it asks to be retried at is measured from there, so the wait is exact."""
+    wait = retry_after_seconds(engine)
+    server_now = time.time() - 86400
+    headers = [
+        ("date", email.utils.formatdate(server_now, usegmt=True)),
+        ("retry-after", email.utils.formatdate(server_now + wait, usegmt=True)),
+    ]
+    answers = [Reply(status=429, headers=headers), page()]
+
+    async def busy_once(request: Request) -> Reply:
+        return answers.pop(0)
+
+    async with open_site({"/": page("/busy"), "/busy": busy_once}) as site:
+        crawler = await crawl(engine, site.url())
+    assert by_url(crawler)[site.url("/busy")].status == 200
+    assert_gaps(engine, site.starts("/busy"), [wait])
+
+
+async def test_no_host_waits_longer_than_the_cap_for_its_crawl_delay(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert MAX_HOST_DELAY == 60
     cap = MAX_HOST_DELAY
@@ -582,31 +601,53 @@ async def test_no_host_waits_longer_than_the_cap(
         # A minute of real time per test is too long: on the real clock the cap is lowered.
         cap = 0.5
         monkeypatch.setattr(state_module, "MAX_HOST_DELAY", cap)
-    hour = "3600"
-    if source == "Retry-After":
-        answers = [Reply(status=503, headers=[("retry-after", hour)]), page()]
-
-        async def busy_once(request: Request) -> Reply:
-            return answers.pop(0)
-
-        routes: dict[str, Handler] = {"/": page("/busy"), "/busy": busy_once}
-        target, expected_gaps = "/busy", [cap]
-    else:
-        routes = {
-            "/robots.txt": robots_txt(f"User-agent: *\nCrawl-delay: {hour}\n"),
-            "/": page("/a"),
-        }
-        target, expected_gaps = None, [cap, cap]
+    routes = {"/robots.txt": robots_txt("User-agent: *\nCrawl-delay: 3600\n"), "/": page("/a")}
     async with open_site(routes) as site:
-        # The waits the test asks for (up to two minutes on virtual time) come on top of
-        # the time a crawl may take before it counts as hung.
-        hang_limit = HANG_LIMIT + sum(expected_gaps)
-        crawler = await crawl(engine, site.url(), hang_limit=hang_limit)
+        # The waits the test asks for (two minutes on virtual time) come on top of the time
+        # a crawl may take before it counts as hung.
+        crawler = await crawl(engine, site.url(), hang_limit=HANG_LIMIT + 2 * cap)
     assert len(crawler.done) == 2
-    assert_gaps(engine, site.starts(target), expected_gaps)
+    assert_gaps(engine, site.starts(), [cap, cap])
     if not engine.virtual_time:
         # ... and it was the cap that ended the wait, not an hour.
         assert crawler.elapsed < 5
+
+
+@pytest.mark.parametrize("form", ["seconds", "date"])
+async def test_a_retry_after_over_max_retry_after_ends_the_url_with_that_answer(
+    engine: Engine, form: str
+) -> None:
+    """An hour is over the default ten minutes: no wait, and the answer is the record."""
+    hour = "3600"
+    if form == "date":
+        server_now = time.time()
+        hour = email.utils.formatdate(server_now + 3600, usegmt=True)
+    busy = Reply(status=503, headers=[("retry-after", hour)], body=b"busy")
+    async with open_site({"/": page("/busy"), "/busy": busy}) as site:
+        crawler = await crawl(engine, site.url())
+    assert site.server.hits["/busy"] == 1
+    assert by_url(crawler)[site.url("/busy")] == FetchStatistic(
+        url=site.url("/busy"), status=503, size=4
+    )
+    assert crawler.limit_counts == {}
+    assert crawler.elapsed < 5  # on virtual time too, where an hour would show
+
+
+async def test_a_retry_after_up_to_max_retry_after_is_waited_in_full(engine: Engine) -> None:
+    """No other cap shortens it: five minutes on virtual time (the real clock waits the
+    least it can, one second, and a smaller --max-retry-after refuses two)."""
+    wait, limit = (300, 600.0) if engine.virtual_time else (1, 1.0)
+    answers = [Reply(status=429, headers=[("retry-after", str(wait))]), page()]
+
+    async def busy_once(request: Request) -> Reply:
+        return answers.pop(0)
+
+    async with open_site({"/": page("/busy"), "/busy": busy_once}) as site:
+        crawler = await crawl(
+            engine, site.url(), max_retry_after=limit, hang_limit=HANG_LIMIT + wait
+        )
+    assert by_url(crawler)[site.url("/busy")].status == 200
+    assert_gaps(engine, site.starts("/busy"), [wait])
 
 
 @pytest.mark.parametrize(

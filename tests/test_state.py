@@ -821,11 +821,39 @@ def test_retry_after_and_network_errors_share_the_tries() -> None:
     assert written == [FetchStatistic(url=ROOT, status=503)]
 
 
-def test_retry_after_is_capped() -> None:
-    state, _ = make_state(obey_robots=False)
-    finish(state, take(state), Response(status=503, retry_after=86400.0), now=5.0)
+@pytest.mark.parametrize("wait", [599.0, 600.0])
+def test_a_retry_after_up_to_max_retry_after_is_waited_in_full(wait: float) -> None:
+    state, written = make_state(obey_robots=False)
+    assert state.config.max_retry_after == 600.0
+    finish(state, take(state, now=5.0), Response(status=503, retry_after=wait), now=5.0)
     assert state.next_request(now=5.0) is None
-    assert state.next_wakeup() == 5.0 + MAX_HOST_DELAY
+    assert state.next_wakeup() == 5.0 + wait > MAX_HOST_DELAY  # no other cap applies
+    assert take(state, now=5.0 + wait).attempt == 2
+    assert written == []
+
+
+@pytest.mark.parametrize(("max_retry_after", "wait"), [(600.0, 601.0), (0.0, 1.0), (5.0, 86400.0)])
+def test_a_longer_retry_after_ends_the_url_with_that_answer(
+    max_retry_after: float, wait: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    state, written = make_state(obey_robots=False, max_retry_after=max_retry_after)
+    busy = Response(status=429, retry_after=wait, body=b"come back tomorrow")
+    with caplog.at_level(logging.INFO, logger="trio_crawler"):
+        assert finish(state, take(state), busy, now=0.0) is None
+    assert written == [FetchStatistic(url=ROOT, status=429, size=18)]
+    assert state.finished
+    assert state.limit_counts == {}
+    assert caplog.messages == [
+        f"try 1 for {ROOT} got 429 asking to wait {wait:g} s, longer than --max-retry-after "
+        f"({max_retry_after:g} s): not retried"
+    ]
+
+
+def test_max_retry_after_zero_still_retries_a_retry_after_of_zero() -> None:
+    state, written = make_state(obey_robots=False, max_retry_after=0)
+    finish(state, take(state, now=1.0), Response(status=503, retry_after=0.0), now=1.0)
+    assert take(state, now=1.0).attempt == 2
+    assert written == []
 
 
 def test_retry_after_never_shortens_a_delay() -> None:

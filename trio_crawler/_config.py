@@ -31,6 +31,7 @@ disagree, so it cannot drift silently.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -80,6 +81,11 @@ DEFAULT_MAX_URL_LENGTH = 2083
 # its Crawl-delay or Retry-After says: a server asking for an hour would otherwise stall
 # the crawl's end for an hour. A minute is Scrapy's AUTOTHROTTLE_MAX_DELAY default.
 MAX_HOST_DELAY = 60.0
+# The longest Retry-After a crawl waits for; a server asking for longer gets its answer
+# recorded instead (the adaptive-manners contract's default). Ten minutes outlasts the
+# windows rate limiters usually count in, and a server that wants an hour is better left
+# for a later run than allowed to stall this one's end.
+DEFAULT_MAX_RETRY_AFTER = 600.0
 
 
 # The crawl's own checks: those that know what one option means. Each message reads after
@@ -101,6 +107,15 @@ def _host_delay(name: str, value: object) -> float:
         raise ConfigError(name, f"must be a number of seconds, not {value!r}")
     if not (0 <= value <= MAX_HOST_DELAY):
         raise ConfigError(name, f"must be from 0 to {MAX_HOST_DELAY:g} seconds, not {value!r}")
+    return float(value)
+
+
+def _longest_wait(name: str, value: object) -> float:
+    # 0 is a usable limit: never wait for a Retry-After beyond "now".
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(name, f"must be a number of seconds, not {value!r}")
+    if not (0 <= value < math.inf):  # NaN fails both comparisons
+        raise ConfigError(name, f"must be a finite number of seconds, 0 or more, not {value!r}")
     return float(value)
 
 
@@ -358,6 +373,14 @@ class CrawlOptions:
         metavar="SECONDS",
         section=MANNERS,
     )
+    max_retry_after: float = option(
+        DEFAULT_MAX_RETRY_AFTER,
+        help="longest Retry-After waited for; a longer one ends the URL with that answer",
+        check=_longest_wait,
+        flags=("--max-retry-after",),
+        metavar="SECONDS",
+        section=MANNERS,
+    )
 
     state: str | None = option(
         None,
@@ -444,6 +467,7 @@ class CrawlKeywords(TypedDict, total=False):
     user_agent: str | None
     max_per_host: int | None
     delay: float
+    max_retry_after: float
     state: str | None
     recrawl: bool
     frontier: str | None

@@ -303,7 +303,9 @@ class CrawlState:
             and outcome.retry_after is not None
             and request.attempt < self.config.max_tries
         ):
-            return self._retry_later(request, outcome, now)
+            requeued = self._retry_later(request, outcome, now)
+            if requeued is not None:
+                return requeued
         if outcome.status in REDIRECT_STATUSES and outcome.location:
             return self._redirected(request, outcome)
         if request.sitemap:
@@ -369,9 +371,24 @@ class CrawlState:
             return dataclasses.replace(request, attempt=request.attempt + 1)
         return None
 
-    def _retry_later(self, request: FetchRequest, response: Response, now: float) -> Requeued:
+    def _retry_later(
+        self, request: FetchRequest, response: Response, now: float
+    ) -> Requeued | None:
+        """The next try, after the wait the answer asked for; None if that wait is longer
+        than ``max_retry_after`` (the answer is then the URL's record)."""
         assert response.retry_after is not None
-        wait = min(response.retry_after, MAX_HOST_DELAY)
+        wait = response.retry_after
+        if wait > self.config.max_retry_after:
+            LOGGER.info(
+                "try %d for %s got %d asking to wait %g s, longer than --max-retry-after "
+                "(%g s): not retried",
+                request.attempt,
+                request.url,
+                response.status,
+                wait,
+                self.config.max_retry_after,
+            )
+            return None
         LOGGER.info(
             "try %d for %s got %d; retrying after %g s",
             request.attempt,

@@ -7,9 +7,10 @@ asyncio the same scenarios run on the real clock with their times scaled down
 (``engine.seconds``), where a request's start as the server sees it jitters with the load
 on the machine, so only coarser bounds are checked there (see :func:`assert_gaps`).
 
-Two things cannot be scaled: ``Retry-After`` takes whole seconds, so on the real clock it is
-1 (the least that still waits), and the 60 s cap on a host's wait is lowered for the
-real-clock engines rather than spending a minute per test.
+Three things are not scaled that way: ``Retry-After`` takes whole seconds, so on the real
+clock it is 1 (the least that still waits); the 60 s cap on a host's Crawl-delay is lowered
+for the real-clock engines rather than spending a minute per test; and so is the backoff's
+first step (a twentieth of a second there), whose jitter comes from a seeded generator.
 
 test_state.py steps the same rules through the core by hand.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import email.utils
 import gzip
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -32,7 +34,9 @@ import pytest
 import trio_crawler._state as state_module
 from trio_crawler import FetchStatistic, __version__
 from trio_crawler._config import MAX_HOST_DELAY
+from trio_crawler._crawler import CrawlerBase
 from trio_crawler._fetch import ROBOTS_MAX_SIZE
+from trio_crawler._state import backoff_wait
 
 from conftest import Engine
 from httpserver import Handler, Reply, Request, TestServer, open_test_server
@@ -511,7 +515,7 @@ async def test_retry_after_is_waited_out_then_retried(
             crawler = await crawl(engine, site.url(), max_tries=2)
     assert by_url(crawler)[site.url("/busy")].status == 200
     assert_gaps(engine, site.starts("/busy"), [wait])
-    assert crawler.limit_counts == {"retried_after_wait": 1}
+    assert crawler.limit_counts == {"retried_status": 1}
     assert f"try 1 for {site.url('/busy')} got {status}; retrying after {wait} s" in caplog.text
 
 
@@ -525,7 +529,7 @@ async def test_retry_after_counts_against_max_tries(engine: Engine, max_tries: i
     assert by_url(crawler)[site.url("/busy")] == FetchStatistic(
         url=site.url("/busy"), status=503, size=4
     )
-    assert crawler.limit_counts.get("retried_after_wait", 0) == max_tries - 1
+    assert crawler.limit_counts.get("retried_status", 0) == max_tries - 1
 
 
 async def test_retry_after_holds_the_whole_host(engine: Engine) -> None:
@@ -566,7 +570,7 @@ async def test_retry_after_as_an_http_date(engine: Engine) -> None:
     async with open_site({"/": page("/busy"), "/busy": busy_once}) as site:
         crawler = await crawl(engine, site.url())
     assert by_url(crawler)[site.url("/busy")].status == 200
-    assert crawler.limit_counts == {"retried_after_wait": 1}
+    assert crawler.limit_counts == {"retried_status": 1}
     [first_try, retry] = site.starts("/busy")
     slack = 0 if engine.virtual_time else 0.5
     assert 1 - slack <= retry - first_try <= 2 + slack
@@ -650,16 +654,100 @@ async def test_a_retry_after_up_to_max_retry_after_is_waited_in_full(engine: Eng
     assert_gaps(engine, site.starts("/busy"), [wait])
 
 
+# -- a backoff, when the answer says nothing of when ---------------------------------------
+
+# The seed of the crawls' backoff jitter in these tests: see seeded_backoffs().
+JITTER_SEED = 7
+
+
+def real_clock_backoff(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the real clock, backoffs start at a twentieth of a second, not at one: the
+    doubling and the jitter are the same, and a test takes no seconds of real time."""
+    if not engine.virtual_time:
+        monkeypatch.setattr(state_module, "BACKOFF_FIRST", 0.05)
+
+
+def seeded_backoffs(*attempts: int) -> list[float]:
+    """The waits of the backoffs after tries ``attempts``, drawn in turn, as a crawler made
+    by :func:`crawl_seeded` draws them."""
+    draws = random.Random(JITTER_SEED)
+    return [backoff_wait(attempt, draws.random()) for attempt in attempts]
+
+
+async def crawl_seeded(engine: Engine, root: str, **options: object) -> CrawlerBase:
+    """Crawl ``root`` with the backoff's jitter drawn from a generator seeded with
+    :data:`JITTER_SEED`, so that each wait is known."""
+    crawler = engine.crawler([root], **options)
+    crawler.state.jitter_source = random.Random(JITTER_SEED)
+    with anyio.fail_after(HANG_LIMIT):
+        await crawler.crawl()
+    return crawler
+
+
 @pytest.mark.parametrize(
     ("status", "headers"),
     [
-        (503, []),  # no Retry-After: a record like any other status
+        (503, []),
+        (503, [("retry-after", "soon")]),  # not seconds nor a date: no Retry-After at all
         (429, []),
-        (503, [("retry-after", "soon")]),  # not a number of seconds nor a date
-        (500, [("retry-after", "1")]),  # only 429 and 503 mean "later"
+        (502, []),
+        (504, []),
+        (408, [("connection", "close")]),  # as a server that gave up on a request says it
     ],
 )
-async def test_without_a_usable_retry_after_a_status_is_a_plain_record(
+async def test_a_server_answering_not_now_twice_then_a_page_gets_backoffs(
+    engine: Engine,
+    status: int,
+    headers: list[tuple[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    real_clock_backoff(engine, monkeypatch)
+    answers = [Reply(status=status, headers=headers), Reply(status=status, headers=headers)]
+
+    async def busy_twice(request: Request) -> Reply:
+        return answers.pop(0) if answers else page()
+
+    async with open_site({"/": page("/busy"), "/busy": busy_twice}) as site:
+        with caplog.at_level(logging.INFO, logger="trio_crawler"):
+            crawler = await crawl_seeded(engine, site.url(), max_tries=3)
+    assert by_url(crawler)[site.url("/busy")].status == 200
+    first, second = seeded_backoffs(1, 2)
+    assert_gaps(engine, site.starts("/busy"), [first, second])
+    assert crawler.limit_counts == {"retried_status": 2}
+    busy = site.url("/busy")
+    assert f"try 1 for {busy} got {status}; retrying after {first:g} s" in caplog.text
+    assert f"try 2 for {busy} got {status}; retrying after {second:g} s" in caplog.text
+
+
+async def test_a_backoff_ends_with_the_last_answer_as_the_record(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_clock_backoff(engine, monkeypatch)
+    answers = [Reply(status=503), Reply(status=502), Reply.html("upstream timed out", status=504)]
+
+    async def failing(request: Request) -> Reply:
+        return answers.pop(0)
+
+    async with open_site({"/": page("/down"), "/down": failing}) as site:
+        crawler = await crawl_seeded(engine, site.url(), max_tries=3)
+    assert by_url(crawler)[site.url("/down")] == FetchStatistic(
+        url=site.url("/down"), status=504, size=len("upstream timed out")
+    )
+    assert_gaps(engine, site.starts("/down"), seeded_backoffs(1, 2))
+    assert crawler.limit_counts == {"retried_status": 2}
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (500, []),
+        (500, [("retry-after", "1")]),  # a Retry-After on a status that is no "not now"
+        (404, []),
+        (501, []),
+    ],
+)
+async def test_other_statuses_are_records_after_one_attempt(
     engine: Engine, status: int, headers: list[tuple[str, str]]
 ) -> None:
     routes = {"/": page("/busy"), "/busy": Reply(status=status, headers=headers)}

@@ -7,14 +7,16 @@ engines rely on: what is handed out, what waits, what is recorded and what
 
 The first section is the crawl itself (links, redirects, retries, what is parsed), with
 robots.txt off: there it would only add a robots request before each origin's first URL.
-The sections after it are manners (robots.txt, delays, Retry-After, per-host limits) and
-limits; test_manners.py shows the same rules on the wire, on every engine.
+The sections after it are manners (robots.txt, delays, Retry-After and backoff, per-host
+limits) and limits; test_manners.py shows the same rules on the wire, on every engine. A
+backoff's jitter comes from a generator each scenario seeds alike, so its waits are exact.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,13 @@ from trio_crawler._events import (
     describe_exception,
 )
 from trio_crawler._robots import MAX_ROBOTS_REDIRECTS
-from trio_crawler._state import CrawlCounts, CrawlState
+from trio_crawler._state import (
+    BACKOFF_CAP,
+    RETRY_STATUSES,
+    CrawlCounts,
+    CrawlState,
+    backoff_wait,
+)
 from trio_crawler._stats import FetchStatistic, count_records
 
 from support import finish
@@ -45,6 +53,8 @@ ROOT = "http://example.com/"
 ORIGIN = "http://example.com"
 ROBOTS = "http://example.com/robots.txt"
 REFUSED = FetchError(error="ConnectError: refused", retryable=True)
+# Every scenario's backoff jitter comes from a generator with this seed: see backoffs().
+JITTER_SEED = 20240501
 
 
 # Every scenario runs on every store (tests/stores.py): the store the running test is
@@ -88,8 +98,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def make_state(*roots: str, **options: Any) -> tuple[CrawlState, list[FetchStatistic]]:
     """A crawl of ``roots`` (ROOT if none) with robots.txt obeyed unless told otherwise,
-    on the store the test runs on."""
-    return make_core(
+    on the store the test runs on, its backoff jitter drawn from a seeded generator."""
+    state, written = make_core(
         _store["kind"],
         list(roots or [ROOT]),
         _store["directory"],
@@ -97,6 +107,15 @@ def make_state(*roots: str, **options: Any) -> tuple[CrawlState, list[FetchStati
         cleanup=_store["cleanup"],
         **options,
     )
+    state.jitter_source = random.Random(JITTER_SEED)
+    return state, written
+
+
+def backoffs(*attempts: int) -> list[float]:
+    """The waits of backoffs after the tries ``attempts``, in the order a scenario's crawl
+    draws them (one draw per backoff, from a generator seeded as make_state seeds it)."""
+    draws = random.Random(JITTER_SEED)
+    return [backoff_wait(attempt, draws.random()) for attempt in attempts]
 
 
 def take(state: CrawlState, now: float = 0.0) -> FetchRequest:
@@ -781,7 +800,7 @@ def test_retry_after_holds_the_whole_origin_then_retries_first(
     assert written == []
     assert state.in_flight == frozenset()
     assert state.statistics() == stats(queued=3, in_flight=0, done=0, seen=3)
-    assert state.limit_counts == {"retried_after_wait": 1}
+    assert state.limit_counts == {"retried_status": 1}
 
     # The other origin is not held; example.com is, /a included, until 13.
     assert take(state, now=10.0).url == "http://other.com/"
@@ -806,7 +825,7 @@ def test_retry_after_counts_against_max_tries(max_tries: int) -> None:
     assert request.attempt == max_tries
     assert finish(state, request, busy, now=now) is None
     assert written == [FetchStatistic(url=ROOT, status=429, size=4)]
-    assert state.limit_counts.get("retried_after_wait", 0) == max_tries - 1
+    assert state.limit_counts.get("retried_status", 0) == max_tries - 1
     assert state.finished
 
 
@@ -866,9 +885,9 @@ def test_retry_after_never_shortens_a_delay() -> None:
 
 @pytest.mark.parametrize(
     ("status", "retry_after"),
-    [(503, None), (429, None), (500, 3.0), (200, 3.0), (301, 3.0)],
+    [(500, None), (500, 3.0), (404, None), (200, 3.0), (301, 3.0), (501, None), (507, None)],
 )
-def test_only_429_and_503_with_retry_after_are_retried(
+def test_other_statuses_are_records_after_one_attempt(
     status: int, retry_after: float | None
 ) -> None:
     state, written = make_state(obey_robots=False)
@@ -877,6 +896,119 @@ def test_only_429_and_503_with_retry_after_are_retried(
     assert [stat.status for stat in written] == [status]
     assert state.limit_counts == {}
     assert state.finished
+
+
+# -- a backoff, for the statuses that mean "not now" but say nothing of when -----------------
+
+
+def test_backoff_doubles_from_about_a_second_up_to_a_minute() -> None:
+    # A jitter of 0.5 is the step itself; 0 and 1 are 20 % under and over it.
+    assert [backoff_wait(attempt, 0.5) for attempt in range(1, 9)] == [
+        1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0
+    ]  # fmt: skip
+    assert (backoff_wait(1, 0.0), backoff_wait(1, 0.999999), backoff_wait(3, 0.25)) == (
+        0.8,
+        1.2,
+        3.6,
+    )
+    # The cap holds for any jitter and any try, the millionth included.
+    assert backoff_wait(7, 0.999999) == backoff_wait(8, 0.0) == backoff_wait(10**6, 0.0) == 60
+    assert (backoff_wait(6, 0.999999), backoff_wait(7, 0.0), BACKOFF_CAP) == (38.4, 51.2, 60)
+
+
+@pytest.mark.parametrize("status", sorted(RETRY_STATUSES))
+def test_a_status_that_means_not_now_is_retried_after_a_backoff(
+    status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert sorted(RETRY_STATUSES) == [408, 429, 502, 503, 504]
+    state, written = make_state(ROOT, ROOT + "a", "http://other.com/", obey_robots=False)
+    first, second = backoffs(1, 2)
+    assert 0.8 <= first <= 1.2
+    assert 1.6 <= second <= 2.4
+    with caplog.at_level(logging.INFO, logger="trio_crawler"):
+        root = take(state, now=10.0)
+        assert finish(state, root, Response(status=status), now=10.0) is None
+        assert written == []
+        assert state.in_flight == frozenset()
+        # The whole origin waits, /a included; the other origin does not.
+        assert take(state, now=10.0).url == "http://other.com/"
+        assert state.next_request(now=10.0 + first - 0.001) is None
+        assert state.next_wakeup() == 10.0 + first
+        retry = take(state, now=10.0 + first)
+        assert retry == FetchRequest(url=ROOT, redirects_left=10, attempt=2)
+        assert take(state, now=10.0 + first).url == ROOT + "a"
+        # The second backoff is about twice the first.
+        now = 10.0 + first
+        assert finish(state, retry, Response(status=status), now=now) is None
+        assert state.next_request(now=now) is None
+        assert state.next_wakeup() == now + second
+        assert take(state, now=now + second).attempt == 3
+    assert caplog.messages == [
+        f"try 1 for {ROOT} got {status}; retrying after {first:g} s",
+        f"try 2 for {ROOT} got {status}; retrying after {second:g} s",
+    ]
+    assert state.limit_counts == {"retried_status": 2}
+
+
+def test_the_record_carries_the_last_answer() -> None:
+    state, written = make_state(obey_robots=False, max_tries=4)
+    answers = [
+        Response(status=503, body=b"busy"),
+        Response(status=429, retry_after=2.0, body=b"slow down"),
+        Response(status=502, content_type="text/html", body=b"bad gateway"),
+        Response(status=504, content_type="text/plain; charset=latin-1", body=b"timed out"),
+    ]
+    # A backoff after tries 1 and 3, the wait the 429 asked for after try 2.
+    after_one, after_three = backoffs(1, 3)
+    waits = [after_one, 2.0, after_three]
+    now = 0.0
+    request = take(state, now)
+    for answer, wait in zip(answers, [*waits, None], strict=True):
+        assert finish(state, request, answer, now=now) is None
+        if wait is None:
+            break
+        assert written == []
+        assert state.next_request(now=now) is None
+        assert state.next_wakeup() == now + wait
+        now += wait
+        request = take(state, now)
+    assert request.attempt == 4
+    # The last answer, recorded as any 504 is: its size, and no type for an error status.
+    assert written == [FetchStatistic(url=ROOT, status=504, size=9)]
+    assert state.limit_counts == {"retried_status": 3}
+    assert state.finished
+
+
+def test_retry_after_and_backoff_share_the_tries_and_the_draws() -> None:
+    """A Retry-After draws no jitter: the first backoff, after try 2, has the first draw."""
+    state, written = make_state(obey_robots=False, max_tries=3)
+    [after_two] = backoffs(2)
+    finish(state, take(state, now=0.0), Response(status=503, retry_after=5.0), now=0.0)
+    assert state.next_request(now=0.0) is None
+    assert state.next_wakeup() == 5.0
+    finish(state, take(state, now=5.0), Response(status=503), now=5.0)
+    assert state.next_request(now=5.0) is None
+    assert state.next_wakeup() == 5.0 + after_two
+    last = take(state, now=5.0 + after_two)
+    assert finish(state, last, Response(status=503), now=5.0 + after_two) is None
+    assert written == [FetchStatistic(url=ROOT, status=503)]
+    assert state.limit_counts == {"retried_status": 2}
+
+
+def test_a_backoff_never_shortens_a_delay() -> None:
+    state, _ = make_state(obey_robots=False, delay=10.0)
+    finish(state, take(state, now=0.0), Response(status=502), now=0.5)
+    assert state.next_request(now=5.0) is None
+    assert state.next_wakeup() == 10.0
+
+
+def test_a_status_with_no_tries_left_is_recorded(caplog: pytest.LogCaptureFixture) -> None:
+    state, written = make_state(obey_robots=False, max_tries=1)
+    with caplog.at_level(logging.INFO, logger="trio_crawler"):
+        assert finish(state, take(state), Response(status=408, body=b"slow"), now=0.0) is None
+    assert written == [FetchStatistic(url=ROOT, status=408, size=4)]
+    assert caplog.messages == [f"try 1 for {ROOT} got 408; no tries left"]
+    assert state.limit_counts == {}
 
 
 # -- per-host concurrency and the order URLs go out in ---------------------------------

@@ -113,7 +113,9 @@ class Response:
         content_type: The raw ``Content-Type`` header, or None.
         location: The raw ``Location`` header, or None.
         body: The body with any Content-Encoding undone; empty for redirects.
-        retry_after: Seconds from a ``Retry-After`` header (either form), or None.
+        retry_after: Seconds from a ``Retry-After`` header, or None. Either form: a date
+            is measured at the boundary from the response's ``Date`` (else from the local
+            clock at receipt), since the core has no wall clock.
         etag: The raw ``ETag`` header, or None (kept by ``--state`` for recrawls).
         last_modified: The raw ``Last-Modified`` header, or None (likewise).
         exchange: The attempt as sent and received, when the crawl archives them.
@@ -199,7 +201,7 @@ class Recorded:
 @dataclass(frozen=True, slots=True)
 class Requeued:
     """The request went back to the frontier, first in its origin's line, to wait out its
-    host's delay or ``Retry-After``; it will be handed out again."""
+    host's delay, a ``Retry-After`` or a backoff; it will be handed out again."""
 
     request: FetchRequest
 

@@ -31,9 +31,11 @@ An engine drives it in three calls:
    pending work replaces ``Queue.join()``: the engine that sees it true ends its workers.
 
 Time is an input, and a required one. Manners need a clock (``--delay``, ``Crawl-delay``,
-``Retry-After``), so every call that depends on time takes the engine's clock reading as
-``now``, and when every host with work is waiting, ``next_request`` returns None and
-:meth:`CrawlState.next_wakeup` says when to ask again. The engine sleeps; the core never does.
+``Retry-After``, a backoff), so every call that depends on time takes the engine's clock
+reading as ``now``, and when every host with work is waiting, ``next_request`` returns None
+and :meth:`CrawlState.next_wakeup` says when to ask again. The engine sleeps; the core never
+does. Chance is an input too: a backoff's jitter is drawn from
+:attr:`CrawlState.jitter_source`, which a test seeds to know every wait.
 
 Rule 1: nothing here awaits, sleeps, reads a clock or opens a socket. Every method runs to
 completion between two checkpoints of whatever engine calls it, so no engine needs a lock,
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -97,14 +100,42 @@ LOGGER = logging.getLogger("trio_crawler")
 
 # The chapter's redirect statuses plus 308 (RFC 7538, Permanent Redirect).
 REDIRECT_STATUSES = frozenset({300, 301, 302, 303, 307, 308})
-# Statuses that mean "not now" rather than "no": with a Retry-After header they are retried
-# after it (RFC 9110 section 15.6.4; RFC 6585 section 4), like Scrapy's RETRY_HTTP_CODES.
-RETRY_LATER_STATUSES = frozenset({429, 503})
+# Statuses that mean "not now" rather than "no", retried like network errors: 408 Request
+# Timeout (RFC 9110 section 15.5.9), 429 Too Many Requests (RFC 6585 section 4), 502 Bad
+# Gateway, 503 Service Unavailable and 504 Gateway Timeout (RFC 9110 sections 15.6.3-15.6.5).
+# Scrapy's RETRY_HTTP_CODES has these and 500, which stays a record here: a server's bug
+# answers the same the next time.
+RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+# Without a Retry-After, the wait before a retry is an exponential backoff: about 1 s, then
+# 2, 4... up to 60 s (the adaptive-manners contract), each drawn within 20 % either side of
+# its step (gRPC's connection-backoff JITTER), so that clients a server turned away at one
+# moment do not all come back at the same next one.
+BACKOFF_FIRST = 1.0
+BACKOFF_CAP = 60.0
+BACKOFF_JITTER = 0.2
 # The report's counters for URLs that never got a record, or links that were never queued.
 LINKS_TOO_LONG = "links_too_long"
 BEYOND_MAX_DEPTH = "beyond_max_depth"
 ROBOTS_DISALLOWED = "robots_disallowed"
-RETRIED_LATER = "retried_after_wait"
+# Retries after an HTTP answer (one of RETRY_STATUSES), with a Retry-After or a backoff.
+RETRIED_STATUS = "retried_status"
+
+
+def backoff_wait(attempt: int, jitter: float) -> float:
+    """Seconds to wait after try ``attempt`` got a status worth a retry but no Retry-After.
+
+    Args:
+        attempt: The try that got the answer: 1 waits about :data:`BACKOFF_FIRST`, each
+            later one twice the one before, up to :data:`BACKOFF_CAP`.
+        jitter: A draw from [0, 1): where the wait falls within :data:`BACKOFF_JITTER`
+            of its step (0.5 is the step itself).
+
+    Returns:
+        The wait, to the millisecond (enough to spread retries, and readable in the log).
+    """
+    step = BACKOFF_FIRST * 2.0 ** min(attempt - 1, 16)  # 2**16 s is far past the cap
+    spread = 1.0 + BACKOFF_JITTER * (2.0 * jitter - 1.0)
+    return round(min(BACKOFF_CAP, step * spread), 3)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +184,13 @@ class CrawlState:
         resumed: What a durable store kept of the crawl it resumes; None for a new crawl.
         keep_records: Keep the records in :attr:`done`; by default only when not
             ``resumed`` (a durable store keeps them itself, so memory does not grow).
+        jitter_source: Where a backoff's jitter is drawn from (:attr:`jitter_source`).
+
+    Attributes:
+        jitter_source: A ``random.Random`` each backoff draws its jitter from: by default
+            one seeded by the operating system when the state is made, so that two crawls
+            (or two processes of one shared crawl) turned away together spread their
+            retries apart. A test gives one with a known seed and knows every wait.
     """
 
     def __init__(
@@ -163,9 +201,11 @@ class CrawlState:
         on_record: Callable[[FetchStatistic], None] | None = None,
         resumed: Resumed | None = None,
         keep_records: bool | None = None,
+        jitter_source: random.Random | None = None,
     ) -> None:
         self.config = config
         self.frontier = frontier
+        self.jitter_source = random.Random() if jitter_source is None else jitter_source
         # The records of this crawl, kept in memory unless a durable store keeps them.
         self.done: list[FetchStatistic] = []
         self._keep_records = resumed is None if keep_records is None else keep_records
@@ -269,13 +309,14 @@ class CrawlState:
         Args:
             request: The request the attempt was for, as handed out (or retried).
             outcome: What the attempt produced.
-            now: The engine's clock, for ``Retry-After`` and ``Crawl-delay``.
+            now: The engine's clock, for ``Retry-After``, a backoff and ``Crawl-delay``.
 
         Returns:
             :class:`~trio_crawler._events.Retry` (attempt it again now, on the same worker),
             :class:`~trio_crawler._events.Recorded` (the URL is done),
             :class:`~trio_crawler._events.Requeued` (back in the frontier, to wait its
-            host's delay) or :class:`~trio_crawler._events.RobotsSettled`.
+            host's delay, a Retry-After or a backoff) or
+            :class:`~trio_crawler._events.RobotsSettled`.
 
         Raises:
             RuntimeError: If ``request`` is not in flight (an engine bug).
@@ -298,12 +339,8 @@ class CrawlState:
             if self.frontier.retry(retry):
                 return Retry(retry)
             return Requeued(retry)
-        if (
-            outcome.status in RETRY_LATER_STATUSES
-            and outcome.retry_after is not None
-            and request.attempt < self.config.max_tries
-        ):
-            requeued = self._retry_later(request, outcome, now)
+        if outcome.status in RETRY_STATUSES:
+            requeued = self._retry_status(request, outcome, now)
             if requeued is not None:
                 return requeued
         if outcome.status in REDIRECT_STATUSES and outcome.location:
@@ -371,21 +408,36 @@ class CrawlState:
             return dataclasses.replace(request, attempt=request.attempt + 1)
         return None
 
-    def _retry_later(
+    def _retry_status(
         self, request: FetchRequest, response: Response, now: float
     ) -> Requeued | None:
-        """The next try, after the wait the answer asked for; None if that wait is longer
-        than ``max_retry_after`` (the answer is then the URL's record)."""
-        assert response.retry_after is not None
-        wait = response.retry_after
-        if wait > self.config.max_retry_after:
+        """The next try of an answer that means "not now" (:data:`RETRY_STATUSES`), after
+        the wait its Retry-After asks for, else after a backoff; None when the URL has no
+        tries left or asks for a wait over ``max_retry_after`` (the answer is then the URL's
+        record).
+
+        The wait holds the whole origin, not only this URL (``retry_later``): these
+        answers speak for the server (it is overloaded, rate-limiting us, or its upstream is
+        down), so its other URLs would get the same one now, and sending them would undo
+        the wait. A shared crawl's server holds the origin for every process.
+        """
+        if request.attempt >= self.config.max_tries:
+            LOGGER.info(
+                "try %d for %s got %d; no tries left", request.attempt, request.url, response.status
+            )
+            return None
+        if response.retry_after is None:
+            wait = backoff_wait(request.attempt, self.jitter_source.random())
+        elif response.retry_after <= self.config.max_retry_after:
+            wait = response.retry_after
+        else:
             LOGGER.info(
                 "try %d for %s got %d asking to wait %g s, longer than --max-retry-after "
                 "(%g s): not retried",
                 request.attempt,
                 request.url,
                 response.status,
-                wait,
+                response.retry_after,
                 self.config.max_retry_after,
             )
             return None
@@ -396,7 +448,7 @@ class CrawlState:
             response.status,
             wait,
         )
-        self.limit_counts[RETRIED_LATER] += 1
+        self.limit_counts[RETRIED_STATUS] += 1
         retry = dataclasses.replace(request, attempt=request.attempt + 1)
         self.frontier.retry_later(retry, not_before=now + wait, now=now)
         return Requeued(retry)
@@ -538,6 +590,8 @@ class CrawlState:
             # Too many redirects, or nowhere usable: the file is unavailable (RFC 9309).
             self.frontier.robots_settled(request, rules=RobotsRules(), now=now)
             return RobotsSettled(request.origin)
+        # Any status is an answer here, a 429 or 503 too (not retried as a page's would be):
+        # RFC 9309 section 2.3.1 says what each means for the rules.
         rules = RobotsRules.from_response(outcome.status, outcome.body)
         LOGGER.debug("%s: status %d", request.url, outcome.status)
         delay = None

@@ -1,0 +1,81 @@
+"""A wait before a retry holds its origin for every process of a shared crawl.
+
+The adaptive-manners contract: while a ``Retry-After`` wait of an origin runs, no request is
+sent to that origin, by any process of a shared crawl; a backoff holds the origin the same
+way (``CrawlState._retry_status`` says why). test_state.py steps one core over each store;
+here two cores share one crawl on a real ``redis-server``, as two processes would, and the
+one that did not get the answer is the one that must wait.
+
+Each core keeps its clock on the server's scale from the moment it joins (lua/prelude.lua),
+so the second one's clock is behind the first's by the real time between the two joins,
+some milliseconds: the waits are checked to a tenth of a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis_server import RedisServer, running_redis
+from stores import make_core
+
+from trio_crawler._events import Response
+from trio_crawler._state import CrawlState, backoff_wait
+
+ROOT = "http://example.com/"
+ROOTS = [ROOT, ROOT + "a", ROOT + "b"]
+JITTER_SEED = 3
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_redis(tmp_path / "redis") as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("answer", "wait"),
+    [
+        (Response(status=503, retry_after=30.0), 30.0),
+        (Response(status=429), backoff_wait(1, random.Random(JITTER_SEED).random())),
+    ],
+    ids=["retry-after", "backoff"],
+)
+def test_another_process_sends_nothing_to_the_origin_until_the_wait_ends(
+    redis_server: RedisServer, tmp_path: Path, answer: Response, wait: float
+) -> None:
+    with contextlib.ExitStack() as cleanup:
+
+        def join() -> CrawlState:
+            # --delay 1 makes the second process hold a URL of the origin in its own
+            # window, waiting for its turn, when the answer comes to the first.
+            state, _ = make_core(
+                "redis",
+                ROOTS,
+                tmp_path,
+                redis_url=redis_server.url(),
+                cleanup=cleanup,
+                crawl_id="shared",
+                max_tasks=1,
+                obey_robots=False,
+                delay=1.0,
+            )
+            state.jitter_source = random.Random(JITTER_SEED)
+            return state
+
+        first, second = join(), join()
+        root = first.next_request(now=0.0)
+        assert root is not None
+        first.attempt_started(root, now=0.0)
+        assert second.next_request(now=0.1) is None  # its URL waits for the delay
+        assert second.next_wakeup() == pytest.approx(1.0, abs=0.1)
+
+        first.attempt_finished(root, answer, now=0.5)
+        # The delay is over at 1, but the wait holds the origin until 0.5 + wait.
+        for now in (1.0, 0.5 + wait - 0.2):
+            assert second.next_request(now=now) is None
+            assert second.next_wakeup() == pytest.approx(0.5 + wait, abs=0.1)
+        assert second.next_request(now=0.5 + wait + 0.2) is not None

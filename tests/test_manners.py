@@ -758,3 +758,45 @@ async def test_other_statuses_are_records_after_one_attempt(
         url=site.url("/busy"), status=status
     )
     assert crawler.limit_counts == {}
+
+
+# -- pages that ask not to be followed ----------------------------------------------------
+
+
+def _nofollow_header_page(*hrefs: str, value: str) -> Reply:
+    html = page(*hrefs)
+    return Reply(status=200, headers=(*html.headers, ("x-robots-tag", value)), body=html.body)
+
+
+@pytest.mark.parametrize(
+    ("obey", "fetched", "nofollow"),
+    [(True, ["/", "/meta", "/header", "/followed"], 2), (False, None, 0)],
+    ids=["obeyed", "ignore-robots"],
+)
+async def test_pages_that_say_nofollow_are_read_not_followed(
+    engine: Engine, obey: bool, fetched: list[str] | None, nofollow: int
+) -> None:
+    """A <meta name="robots" content="nofollow"> page and an X-Robots-Tag: nofollow page
+    are recorded with no links; rel="nofollow" on a link is no directive; --ignore-robots
+    ignores them all."""
+    meta = '<meta name="robots" content="noindex, NoFollow">'
+    routes = {
+        "/robots.txt": robots_txt(""),
+        "/": page("/meta", "/header", extra='<a rel="nofollow" href="/followed">f</a>'),
+        "/meta": page("/from-meta", extra=meta),
+        "/header": _nofollow_header_page("/from-header", value="trio-crawler: nofollow"),
+        "/followed": page(),
+        "/from-meta": page(),
+        "/from-header": page(),
+    }
+    async with open_site(routes) as site:
+        crawler = await crawl(engine, site.url(), obey_robots=obey)
+    records = by_url(crawler)
+    if fetched is not None:
+        assert sorted(t for t in site.targets() if t != "/robots.txt") == sorted(fetched)
+        assert records[site.url("/meta")].num_urls == 0
+        assert records[site.url("/header")].num_urls == 0
+        assert crawler.limit_counts == {"nofollow_pages": nofollow}
+    else:
+        assert {site.url(p) for p in ("/from-meta", "/from-header")} <= set(records)
+        assert "nofollow_pages" not in crawler.limit_counts

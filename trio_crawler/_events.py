@@ -118,6 +118,8 @@ class Response:
             clock at receipt), since the core has no wall clock.
         etag: The raw ``ETag`` header, or None (kept by ``--state`` for recrawls).
         last_modified: The raw ``Last-Modified`` header, or None (likewise).
+        x_robots_tags: The ``X-Robots-Tag`` header values, one per header line as
+            received (a page may ask not to be followed: ``nofollow``).
         exchange: The attempt as sent and received, when the crawl archives them.
     """
 
@@ -128,6 +130,7 @@ class Response:
     retry_after: float | None = None
     etag: str | None = None
     last_modified: str | None = None
+    x_robots_tags: tuple[str, ...] = ()
     exchange: Exchange | None = field(default=None, repr=False, compare=False)
 
 

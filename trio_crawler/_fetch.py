@@ -175,6 +175,9 @@ async def fetch(
                 retry_after=retry_after,
                 etag=fields.get("etag"),
                 last_modified=fields.get("last-modified"),
+                x_robots_tags=tuple(fields["x-robots-tag"].split("\n"))
+                if "x-robots-tag" in fields
+                else (),
                 exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
             )
     except _retryable_errors() as exc:
@@ -240,6 +243,7 @@ _FIELDS = frozenset(
         b"date",
         b"etag",
         b"last-modified",
+        b"x-robots-tag",
     }
 )
 
@@ -248,7 +252,9 @@ def _fields(response: httpx.Response) -> dict[str, str]:
     """The headers :func:`fetch` reads, in one pass over the response's header lines.
 
     Values are decoded and repeated fields joined as ``response.headers.get`` would
-    (whose every call walks all the lines again).
+    (whose every call walks all the lines again), except ``X-Robots-Tag``, whose lines are
+    joined with a newline (which no header value holds): a rule that names a robot
+    applies to the rest of its own line only, so the lines must stay apart.
     """
     headers = response.headers
     found: dict[str, str] = {}
@@ -259,7 +265,8 @@ def _fields(response: httpx.Response) -> dict[str, str]:
             continue
         encoding = encoding or headers.encoding
         field_name, text = key.decode("ascii"), value.decode(encoding)
-        found[field_name] = f"{found[field_name]}, {text}" if field_name in found else text
+        joint = "\n" if key == b"x-robots-tag" else ", "
+        found[field_name] = f"{found[field_name]}{joint}{text}" if field_name in found else text
     return found
 
 

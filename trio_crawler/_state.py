@@ -117,6 +117,8 @@ BACKOFF_JITTER = 0.2
 LINKS_TOO_LONG = "links_too_long"
 BEYOND_MAX_DEPTH = "beyond_max_depth"
 ROBOTS_DISALLOWED = "robots_disallowed"
+# Pages whose <meta name="robots"> or X-Robots-Tag says nofollow (or none): read, not followed.
+NOFOLLOW_PAGES = "nofollow_pages"
 # Retries after an HTTP answer (one of RETRY_STATUSES), with a Retry-After or a backoff.
 RETRIED_STATUS = "retried_status"
 
@@ -499,8 +501,15 @@ class CrawlState:
             )
         else:
             reading = read_page(
-                request.url, response, scope=config.scope, max_url_length=config.max_url_length
+                request.url,
+                response,
+                scope=config.scope,
+                max_url_length=config.max_url_length,
+                obey_robots=config.obey_robots,
+                x_robots_tags=response.x_robots_tags,
             )
+        if reading.nofollow:
+            self.limit_counts[NOFOLLOW_PAGES] += 1
         if reading.too_long:
             self.limit_counts[LINKS_TOO_LONG] += reading.too_long
         depth = request.depth + 1

@@ -36,10 +36,11 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from trio_crawler._config import CrawlConfig
+from trio_crawler._counts import ROBOTS_DISALLOWED
 from trio_crawler._events import FetchError, FetchRequest, Outcome, Response
 from trio_crawler._fetch import _retry_after
 from trio_crawler._links import choose_encoding, extract_links, parse_content_type
-from trio_crawler._state import REDIRECT_STATUSES, ROBOTS_DISALLOWED, CrawlState
+from trio_crawler._state import REDIRECT_STATUSES, CrawlState
 from trio_crawler._stats import FetchStatistic, count_records
 from trio_crawler._stores import open_store
 from trio_crawler._urls import normalize_url

@@ -31,12 +31,13 @@ import anyio
 import httpx
 import pytest
 
+import trio_crawler._retry_policy as retry_policy
 import trio_crawler._state as state_module
 from trio_crawler import FetchStatistic, __version__
 from trio_crawler._config import MAX_HOST_DELAY
 from trio_crawler._crawler import CrawlerBase
 from trio_crawler._fetch import ROBOTS_MAX_SIZE
-from trio_crawler._state import backoff_wait
+from trio_crawler._retry_policy import backoff_wait
 
 from conftest import Engine
 from httpserver import Handler, Reply, Request, TestServer, open_test_server
@@ -664,7 +665,7 @@ def real_clock_backoff(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the real clock, backoffs start at a twentieth of a second, not at one: the
     doubling and the jitter are the same, and a test takes no seconds of real time."""
     if not engine.virtual_time:
-        monkeypatch.setattr(state_module, "BACKOFF_FIRST", 0.05)
+        monkeypatch.setattr(retry_policy, "BACKOFF_FIRST", 0.05)
 
 
 def seeded_backoffs(*attempts: int) -> list[float]:

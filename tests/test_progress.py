@@ -10,8 +10,8 @@ import io
 
 from rich.console import Console
 
+from trio_crawler._counts import CrawlCounts
 from trio_crawler._progress import ProgressDisplay
-from trio_crawler._state import CrawlCounts
 
 
 def line(stats: CrawlCounts) -> str:

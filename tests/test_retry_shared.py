@@ -23,7 +23,8 @@ from redis_server import RedisServer, running_redis
 from stores import make_core
 
 from trio_crawler._events import Response
-from trio_crawler._state import CrawlState, backoff_wait
+from trio_crawler._retry_policy import backoff_wait
+from trio_crawler._state import CrawlState
 
 ROOT = "http://example.com/"
 ROOTS = [ROOT, ROOT + "a", ROOT + "b"]

@@ -26,6 +26,7 @@ from redis_server import RedisServer, running_redis
 from stores import STORES, make_core
 
 from trio_crawler._config import MAX_HOST_DELAY
+from trio_crawler._counts import CrawlCounts
 from trio_crawler._events import (
     FetchError,
     FetchRequest,
@@ -37,14 +38,9 @@ from trio_crawler._events import (
     RobotsSettled,
     describe_exception,
 )
+from trio_crawler._retry_policy import BACKOFF_CAP, RETRY_STATUSES, backoff_wait
 from trio_crawler._robots import MAX_ROBOTS_REDIRECTS
-from trio_crawler._state import (
-    BACKOFF_CAP,
-    RETRY_STATUSES,
-    CrawlCounts,
-    CrawlState,
-    backoff_wait,
-)
+from trio_crawler._state import CrawlState
 from trio_crawler._stats import FetchStatistic, count_records
 
 from support import finish

@@ -29,7 +29,7 @@ from ._events import Committing, Retry
 from ._fetch import Fetcher
 from ._frontier import FrontierLost, StoreRuntime
 from ._options import ConfigError, reject_unknown_options, takes_options
-from ._state import CrawlCounts, CrawlState
+from ._state import CrawlState
 from ._stores import open_store, stored_crawl_now
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from ._clients import Client
     from ._config import CrawlKeywords
+    from ._counts import CrawlCounts
     from ._events import Exchange, FetchRequest, Outcome
     from ._frontier import Store, StoreShell
     from ._stats import FetchStatistic
@@ -140,7 +141,7 @@ class CrawlerBase(abc.ABC):
             are plain functions, called without awaiting: an ``async def`` is refused.
         on_exchange: Called with every attempt as sent and received (robots.txt
             included), for archiving; see :class:`~trio_crawler._events.Exchange`.
-        on_progress: Called with a :class:`~trio_crawler._state.CrawlCounts` every
+        on_progress: Called with a :class:`~trio_crawler._counts.CrawlCounts` every
             ``progress_interval`` seconds while the crawl runs, from a task of its own.
         progress_interval: Seconds between two ``on_progress`` calls.
         options: The crawl's options (``max_tasks=10``...), as keyword arguments; the

@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from ._events import describe_exception
+from ._frontier import Offer
 from ._links import PARSED_MEDIA_TYPES, choose_encoding, extract_links, parse_content_type
 from ._robots import PRODUCT_TOKEN
-from ._sitemaps import read_sitemap
+from ._sitemaps import MAX_SITEMAP_LEVELS, read_sitemap
 from ._stats import FetchStatistic
 from ._urls import normalize_url
 
@@ -312,3 +313,41 @@ def redirect_target(location: str, base: str) -> str | None:
     except UnicodeEncodeError:
         return None  # lone surrogates: no JSON Lines writer could write this next_url
     return other
+
+
+def sitemap_offers(
+    url: str,
+    reading: SitemapReading,
+    *,
+    level: int,
+    max_redirect: int,
+    max_depth: int | None,
+) -> tuple[Offer, ...]:
+    """What a sitemap of ``level`` offers the frontier: the sitemaps an index names, read
+    in turn up to MAX_SITEMAP_LEVELS deep (deeper ones only counted), and its pages, one
+    hop from the root as a link on it would be (queued unless ``max_depth`` is 0)."""
+    offers = []
+    if reading.sitemaps:
+        nested = level < MAX_SITEMAP_LEVELS
+        if not nested:
+            LOGGER.info("%s: sitemap indexes nested deeper than %d", url, level)
+        offers.append(
+            Offer(
+                reading.sitemaps,
+                depth=0,
+                redirects_left=max_redirect,
+                sitemap=level + 1,
+                queue=nested,
+                over_depth=False,
+            )
+        )
+    if reading.pages:
+        offers.append(
+            Offer(
+                reading.pages,
+                depth=1,
+                redirects_left=max_redirect,
+                queue=max_depth is None or max_depth >= 1,
+            )
+        )
+    return tuple(offers)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import logging
     from types import TracebackType
 
-    from ._state import CrawlCounts
+    from ._counts import CrawlCounts
 
 # Pages per second is measured over this many seconds, so the figure moves smoothly rather
 # than jumping with every batch of pages that lands in one tenth of a second.

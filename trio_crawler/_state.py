@@ -53,10 +53,17 @@ import dataclasses
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._config import MAX_HOST_DELAY
+from ._counts import (
+    BEYOND_MAX_DEPTH,
+    LINKS_TOO_LONG,
+    NOFOLLOW_PAGES,
+    RETRIED_STATUS,
+    ROBOTS_DISALLOWED,
+    CrawlCounts,
+)
 from ._events import (
     AttemptResult,
     Committing,
@@ -70,23 +77,17 @@ from ._events import (
     RobotsRequest,
     RobotsSettled,
 )
-from ._frontier import (
-    Completion,
-    Disallowed,
-    Offer,
-    OutOfBudget,
-    Settled,
-    Unfetchable,
-)
+from ._frontier import Completion, Disallowed, Offer, OutOfBudget, Settled, Unfetchable
 from ._page import (
     PageReading,
     read_failure,
     read_page,
     read_sitemap_response,
     redirect_target,
+    sitemap_offers,
 )
+from ._retry_policy import RETRY_STATUSES, backoff_wait
 from ._robots import RobotsRules, origin_of
-from ._sitemaps import MAX_SITEMAP_LEVELS
 from ._stats import FetchStatistic
 from ._urls import normalize_url
 
@@ -100,76 +101,6 @@ LOGGER = logging.getLogger("trio_crawler")
 
 # The chapter's redirect statuses plus 308 (RFC 7538, Permanent Redirect).
 REDIRECT_STATUSES = frozenset({300, 301, 302, 303, 307, 308})
-# Statuses that mean "not now" rather than "no", retried like network errors: 408 Request
-# Timeout (RFC 9110 section 15.5.9), 429 Too Many Requests (RFC 6585 section 4), 502 Bad
-# Gateway, 503 Service Unavailable and 504 Gateway Timeout (RFC 9110 sections 15.6.3-15.6.5).
-# Scrapy's RETRY_HTTP_CODES has these and 500, which stays a record here: a server's bug
-# answers the same the next time.
-RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
-# Without a Retry-After, the wait before a retry is an exponential backoff: about 1 s, then
-# 2, 4... up to 60 s (the adaptive-manners contract), each drawn within 20 % either side of
-# its step (gRPC's connection-backoff JITTER), so that clients a server turned away at one
-# moment do not all come back at the same next one.
-BACKOFF_FIRST = 1.0
-BACKOFF_CAP = 60.0
-BACKOFF_JITTER = 0.2
-# The report's counters for URLs that never got a record, or links that were never queued.
-LINKS_TOO_LONG = "links_too_long"
-BEYOND_MAX_DEPTH = "beyond_max_depth"
-ROBOTS_DISALLOWED = "robots_disallowed"
-# Pages whose <meta name="robots"> or X-Robots-Tag says nofollow (or none): read, not followed.
-NOFOLLOW_PAGES = "nofollow_pages"
-# Retries after an HTTP answer (one of RETRY_STATUSES), with a Retry-After or a backoff.
-RETRIED_STATUS = "retried_status"
-
-
-def backoff_wait(attempt: int, jitter: float) -> float:
-    """Seconds to wait after try ``attempt`` got a status worth a retry but no Retry-After.
-
-    Args:
-        attempt: The try that got the answer: 1 waits about :data:`BACKOFF_FIRST`, each
-            later one twice the one before, up to :data:`BACKOFF_CAP`.
-        jitter: A draw from [0, 1): where the wait falls within :data:`BACKOFF_JITTER`
-            of its step (0.5 is the step itself).
-
-    Returns:
-        The wait, to the millisecond (enough to spread retries, and readable in the log).
-    """
-    step = BACKOFF_FIRST * 2.0 ** min(attempt - 1, 16)  # 2**16 s is far past the cap
-    spread = 1.0 + BACKOFF_JITTER * (2.0 * jitter - 1.0)
-    return round(min(BACKOFF_CAP, step * spread), 3)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CrawlCounts:
-    """A snapshot of a crawl's progress, for progress displays and the report, whose
-    ``Done``, ``Todo``, ``error`` and ``fail`` it counts (records classified by
-    :attr:`~trio_crawler._stats.FetchStatistic.kind`, as the report's counters are).
-
-    Attributes:
-        queued: URLs waiting to be handed out (not those ``leased_elsewhere``).
-        in_flight: URLs handed to an engine and not yet finished (robots.txt included).
-        leased_elsewhere: URLs other processes of a shared crawl hold (in ``--status``'s
-            ``leased``); they come back if their process dies. 0 for one process.
-        done: URLs with a record.
-        seen: URLs queued, in flight or done.
-        error: Records of an HTTP error status (404, 500, ...): the report's ``error``.
-        fail: Records whose every try failed: the report's ``fail``, ``--status``'s
-            ``failed``.
-    """
-
-    queued: int
-    in_flight: int
-    leased_elsewhere: int = 0
-    done: int
-    seen: int
-    error: int = 0
-    fail: int = 0
-
-    @property
-    def todo(self) -> int:
-        """URLs queued but not finished, wherever they are held: the report's ``Todo``."""
-        return self.queued + self.in_flight + self.leased_elsewhere
 
 
 class CrawlState:
@@ -646,31 +577,11 @@ class CrawlState:
         )
         if reading.too_long:
             self.limit_counts[LINKS_TOO_LONG] += reading.too_long
-        offers = []
-        if reading.sitemaps:
-            nested = request.sitemap < MAX_SITEMAP_LEVELS
-            if not nested:
-                LOGGER.info(
-                    "%s: sitemap indexes nested deeper than %d", request.url, request.sitemap
-                )
-            offers.append(
-                Offer(
-                    reading.sitemaps,
-                    depth=0,
-                    redirects_left=config.max_redirect,
-                    sitemap=request.sitemap + 1,
-                    queue=nested,
-                    over_depth=False,
-                )
-            )
-        if reading.pages:
-            # A page a sitemap lists is one hop from the root, as a link on it would be.
-            offers.append(
-                Offer(
-                    reading.pages,
-                    depth=1,
-                    redirects_left=config.max_redirect,
-                    queue=config.max_depth is None or config.max_depth >= 1,
-                )
-            )
-        return self._settle(Completion(request, True, reading.record, tuple(offers)))
+        offers = sitemap_offers(
+            request.url,
+            reading,
+            level=request.sitemap,
+            max_redirect=config.max_redirect,
+            max_depth=config.max_depth,
+        )
+        return self._settle(Completion(request, True, reading.record, offers))

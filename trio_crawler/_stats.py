@@ -7,7 +7,7 @@ Lines; scripts read them), so the dataclass is frozen and its field order fixed.
 Every count of records by what became of them is made here, from one definition: a
 record's :attr:`FetchStatistic.kind`. The report's counters (:func:`count_records`), the
 progress line's ``error`` and ``fail`` (the core's
-:class:`~trio_crawler._state.CrawlCounts`) and a resumed crawl's counts read back from a
+:class:`~trio_crawler._counts.CrawlCounts`) and a resumed crawl's counts read back from a
 state file all classify records with it, so the numbers on one screen cannot disagree.
 """
 

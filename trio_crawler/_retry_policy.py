@@ -1,0 +1,40 @@
+"""Which answers are worth another try, and how long to wait before it.
+
+The core (:mod:`trio_crawler._state`) decides that a URL is tried again; this module is the
+policy it decides by, kept apart so that it reads as one page: the statuses that mean "not
+now" rather than "no", and the backoff when the answer gives no ``Retry-After``. Pure
+numbers: the jitter is an input, drawn by the core from a source it owns (a test seeds it).
+"""
+
+from __future__ import annotations
+
+# Statuses that mean "not now" rather than "no", retried like network errors: 408 Request
+# Timeout (RFC 9110 section 15.5.9), 429 Too Many Requests (RFC 6585 section 4), 502 Bad
+# Gateway, 503 Service Unavailable and 504 Gateway Timeout (RFC 9110 sections 15.6.3-15.6.5).
+# Scrapy's RETRY_HTTP_CODES has these and 500, which stays a record here: a server's bug
+# answers the same the next time.
+RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+# Without a Retry-After, the wait before a retry is an exponential backoff: about 1 s, then
+# 2, 4... up to 60 s (the adaptive-manners contract), each drawn within 20 % either side of
+# its step (gRPC's connection-backoff JITTER), so that clients a server turned away at one
+# moment do not all come back at the same next one.
+BACKOFF_FIRST = 1.0
+BACKOFF_CAP = 60.0
+BACKOFF_JITTER = 0.2
+
+
+def backoff_wait(attempt: int, jitter: float) -> float:
+    """Seconds to wait after try ``attempt`` got a status worth a retry but no Retry-After.
+
+    Args:
+        attempt: The try that got the answer: 1 waits about :data:`BACKOFF_FIRST`, each
+            later one twice the one before, up to :data:`BACKOFF_CAP`.
+        jitter: A draw from [0, 1): where the wait falls within :data:`BACKOFF_JITTER`
+            of its step (0.5 is the step itself).
+
+    Returns:
+        The wait, to the millisecond (enough to spread retries, and readable in the log).
+    """
+    step = BACKOFF_FIRST * 2.0 ** min(attempt - 1, 16)  # 2**16 s is far past the cap
+    spread = 1.0 + BACKOFF_JITTER * (2.0 * jitter - 1.0)
+    return round(min(BACKOFF_CAP, step * spread), 3)

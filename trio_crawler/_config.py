@@ -263,7 +263,7 @@ class CrawlOptions:
     )
     max_tries: int = option(
         DEFAULT_MAX_TRIES,
-        help="attempts per URL on network errors",
+        help="attempts per URL on network errors and on 408, 429, 502, 503 and 504 answers",
         check=whole_number(minimum=1),
         flags=("--max-tries", "--max_tries"),
         metavar="N",

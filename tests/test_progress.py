@@ -7,6 +7,7 @@ terminal after a crawl, beside that crawl's report, is test_cli.py's.
 from __future__ import annotations
 
 import io
+import time
 
 from rich.console import Console
 
@@ -31,3 +32,22 @@ def test_urls_other_processes_hold_are_not_shown_as_queued() -> None:
     stats = CrawlCounts(queued=0, in_flight=0, leased_elsewhere=17, done=5, seen=22)
     assert stats.todo == 17
     assert line(stats).startswith("5 done  0 queued  0 in flight  17 leased elsewhere  0.0 pages/s")
+
+
+def test_leases_of_no_live_process_say_until_when() -> None:
+    """After a peer was killed holding 17 leases, the line says why nothing moves and when
+    they come back, as --status does (``leased by no live process: 17 (back by ...)``)."""
+    back_by = time.mktime((2026, 11, 25, 14, 3, 41, 0, 0, -1))
+    stats = CrawlCounts(
+        queued=0,
+        in_flight=0,
+        leased_elsewhere=17,
+        leased_by_none=17,
+        back_by=back_by,
+        done=5,
+        seen=22,
+    )
+    assert "17 leased elsewhere  (17 by no live process, back by 14:03:41)" in line(stats)
+    assert "no live process" not in line(
+        CrawlCounts(queued=0, in_flight=0, leased_elsewhere=17, done=5, seen=22)
+    )

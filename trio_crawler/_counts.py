@@ -30,6 +30,10 @@ class CrawlCounts:
         in_flight: URLs handed to an engine and not yet finished (robots.txt included).
         leased_elsewhere: URLs other processes of a shared crawl hold (in ``--status``'s
             ``leased``); they come back if their process dies. 0 for one process.
+        leased_by_none: Of those, the leases of processes that stopped renewing them
+            (``--status``'s ``leased by no live process``).
+        back_by: The time of day (seconds since the epoch) by which those come back to
+            the queue; None when there are none.
         done: URLs with a record.
         seen: URLs queued, in flight or done.
         error: Records of an HTTP error status (404, 500, ...): the report's ``error``.
@@ -40,6 +44,8 @@ class CrawlCounts:
     queued: int
     in_flight: int
     leased_elsewhere: int = 0
+    leased_by_none: int = 0
+    back_by: float | None = None
     done: int
     seen: int
     error: int = 0

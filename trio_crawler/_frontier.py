@@ -317,6 +317,13 @@ class Frontier(Protocol):
         ...
 
     @property
+    def held_by_none(self) -> tuple[int, float] | None:
+        """Of :attr:`held_elsewhere`, the leases of processes that stopped renewing them
+        (killed, or cut off): how many, and the time of day by which they come back;
+        None when there are none (always, for a crawl of one process)."""
+        ...
+
+    @property
     def in_flight(self) -> frozenset[str]:
         """Page URLs this process holds (robots.txt fetches not included)."""
         ...

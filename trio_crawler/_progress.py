@@ -95,6 +95,11 @@ class ProgressDisplay:
         if stats.leased_elsewhere:
             text.append(f"{stats.leased_elsewhere}", style="bold")
             text.append(" leased elsewhere  ")
+            if stats.leased_by_none and stats.back_by is not None:
+                # A killed process's leases: say why nothing moves, and until when.
+                back = time.strftime("%H:%M:%S", time.localtime(stats.back_by))
+                text.append(f"({stats.leased_by_none}", style="bold yellow")
+                text.append(f" by no live process, back by {back})  ")
         text.append(f"{rate:.1f}", style="bold cyan")
         text.append(" pages/s  ")
         text.append(f"{stats.error}", style="bold red" if stats.error else "bold")

@@ -320,10 +320,13 @@ class CrawlState:
         # A shared crawl's queued holds other processes' leases (work that may come back
         # here); the snapshot shows them apart, as --status does.
         elsewhere = self.frontier.held_elsewhere
+        stranded = self.frontier.held_by_none
         return CrawlCounts(
             queued=max(0, self.frontier.queued - elsewhere),
             in_flight=self.frontier.in_flight_count,
             leased_elsewhere=elsewhere,
+            leased_by_none=0 if stranded is None else stranded[0],
+            back_by=None if stranded is None else stranded[1],
             done=self._recorded,
             seen=self.frontier.seen_count,
             error=self._kinds["error"],

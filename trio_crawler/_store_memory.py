@@ -72,6 +72,11 @@ class MemoryFrontier:
         return 0
 
     @property
+    def held_by_none(self) -> tuple[int, float] | None:
+        """None: no other process works on this crawl."""
+        return None
+
+    @property
     def in_flight(self) -> frozenset[str]:
         """Page URLs handed out and not yet completed (robots.txt fetches not included)."""
         return self.scheduler.in_flight

@@ -171,6 +171,11 @@ class StoredFrontier:
         return 0
 
     @property
+    def held_by_none(self) -> tuple[int, float] | None:
+        """None: no other process works on this crawl."""
+        return None
+
+    @property
     def in_flight(self) -> frozenset[str]:
         return self.scheduler.in_flight
 

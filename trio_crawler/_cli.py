@@ -46,7 +46,7 @@ from ._cli_args import (
 from ._options import ConfigError
 from ._output import OutputFiles
 from ._report import format_report
-from ._stores import check_output
+from ._stores import check_output, find_stored_options, read_status
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -143,16 +143,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _print_status(options: CommandLine) -> int:
     """``--status``: the shared crawl's counts, one per line; no request is made."""
-    from ._cluster import ClusterError, read_status
-
-    crawl = options.crawl
-    assert crawl.frontier is not None
     try:
-        counts = anyio.run(read_status, crawl.frontier, crawl.crawl_id, backend="trio")
-    except ClusterError as exc:
+        lines = anyio.run(read_status, options.crawl_keywords(), backend="trio")
+    except ConfigError as exc:
         print(f"{PROG}: error: {for_the_command_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    print(counts.lines(), end="")
+    print(lines, end="")
     return EXIT_OK
 
 
@@ -276,18 +272,18 @@ class CrawlRun:
         self.crawler = crawler
         return crawler
 
-    async def _join_shared(
-        self, frontier: str, signals: AsyncIterator[int], roots: Sequence[str]
+    async def _find_stored(
+        self, signals: AsyncIterator[int], roots: Sequence[str]
     ) -> tuple[Sequence[str], CrawlKeywords] | None:
-        """The roots and options of a process of a shared crawl: as given, and for a crawl
-        that exists, its roots if none are given and its stored options where left out
-        (see :func:`~trio_crawler._cluster.options_for_joining`); None if they cannot be
-        used (then :attr:`unusable_state` says why) or a signal came first.
+        """The roots and options of this run: as given, and for a stored crawl a store
+        must be asked for over the network (a shared crawl), its roots if none are given
+        and its stored options where left out (see
+        :func:`~trio_crawler._stores.find_stored_options`); None if they cannot be used
+        (then :attr:`unusable_state` says why) or a signal came first.
 
-        A process given no ROOTs waits for the crawl to be created: Ctrl-C or SIGTERM
+        A process given no ROOTs may wait for its crawl to be created: Ctrl-C or SIGTERM
         meanwhile ends the wait, and the run, at once.
         """
-        from ._cluster import options_for_joining
 
         found: list[tuple[Sequence[str], CrawlKeywords]] = []
         async with anyio.create_task_group() as waiting:
@@ -299,12 +295,7 @@ class CrawlRun:
 
             waiting.start_soon(stop_on_signal)
             try:
-                joined, options = await options_for_joining(
-                    frontier,
-                    self.options.crawl.crawl_id,
-                    roots=roots,
-                    given=self.options.crawl_keywords(),
-                )
+                joined, options = await find_stored_options(roots, self.options.crawl_keywords())
                 found.append((joined, cast("CrawlKeywords", options)))
             except ConfigError as exc:
                 self.unusable_state = exc
@@ -325,13 +316,11 @@ class CrawlRun:
                     from ._demo import serve_demo
 
                     roots = [await task_group.start(serve_demo)]
-                keywords = self.options.crawl_keywords()
-                frontier = self.options.crawl.frontier
-                if frontier is not None:  # the crawl may exist: its roots and options
-                    joined = await self._join_shared(frontier, signals, roots)
-                    if joined is None:  # a signal, no such crawl, other options
-                        return
-                    roots, keywords = joined
+                # A stored crawl's roots and options, where this run leaves them out.
+                joined = await self._find_stored(signals, roots)
+                if joined is None:  # a signal, no such crawl, other options
+                    return
+                roots, keywords = joined
                 try:
                     crawler = self._make_crawler(roots, keywords)
                 except ConfigError as exc:  # the options were checked: this is the store's

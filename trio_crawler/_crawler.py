@@ -18,19 +18,18 @@ import abc
 import enum
 import inspect
 import logging
-import os
 import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 from ._clients import DEFAULT_USER_AGENT
-from ._config import CrawlConfig, CrawlOptions, keep_what_to_crawl, normalize_roots
+from ._config import CrawlConfig, CrawlOptions
 from ._events import Committing, Retry
 from ._fetch import Fetcher
 from ._frontier import FrontierLost, StoreRuntime
 from ._options import ConfigError, reject_unknown_options, takes_options
 from ._state import CrawlState
-from ._stores import open_store, stored_crawl_now
+from ._stores import open_store, with_stored_options
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -98,31 +97,6 @@ def _check_callback(name: str, callback: object) -> None:
         )
 
 
-def _as_stored(
-    roots: list[str] | str, options: CrawlKeywords
-) -> tuple[list[str] | str, CrawlKeywords]:
-    """The roots and options of a run of the crawl a state file holds, if it holds one.
-
-    That crawl is the one the run that made it asked for: its roots (left out to resume
-    it), and the options that say what to crawl, which a later run may leave out but not
-    change (see :func:`~trio_crawler._config.keep_what_to_crawl`). Other runs' roots and
-    options are as given.
-
-    Raises:
-        ConfigError: The roots are unusable, or other than the file's; the file cannot be
-            used; an option that says what to crawl is given another value.
-    """
-    state = options.get("state")
-    if not (isinstance(state, str | os.PathLike) and os.fspath(state)):
-        return roots, options  # no state file (or an unusable path: CrawlConfig says so)
-    path = str(os.fspath(state))
-    stored = stored_crawl_now(state=path, roots=normalize_roots(roots) if roots else ())
-    if stored is None:  # a new crawl
-        return roots, options
-    kept = keep_what_to_crawl(options, stored.options, where=path)
-    return roots or list(stored.roots), cast("CrawlKeywords", kept)
-
-
 class CrawlerBase(abc.ABC):
     """The chapter's ``Crawler`` minus its scheduling; see an engine's ``Crawler``.
 
@@ -169,7 +143,10 @@ class CrawlerBase(abc.ABC):
         """Check the roots and the options; ``crawl()`` runs the crawl."""
         reject_unknown_options(CrawlOptions, options, function=f"{type(self).__name__}.__init__")
         roots = list(roots) if not isinstance(roots, str) else roots
-        roots, options = _as_stored(roots, options)
+        # A stored crawl's roots and options, where this run leaves them out (the
+        # factory knows where a store keeps them).
+        roots, kept = with_stored_options(roots, options)
+        options = cast("CrawlKeywords", kept)
         self.config = CrawlConfig.create(roots, **options)
         if not (isinstance(progress_interval, int | float) and progress_interval > 0):
             raise ConfigError(

@@ -11,12 +11,13 @@ every crawl in memory.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
 
 from ._options import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from ._config import CrawlConfig, CrawlOptions
     from ._frontier import Store
@@ -86,3 +87,67 @@ def check_output(options: CrawlOptions, output: str | None) -> None:
         raise ConfigError(
             "output", f"{output} holds the records of pass {earlier}; give a new file for this pass"
         )
+
+
+def with_stored_options(
+    roots: list[str] | str, options: Mapping[str, Any]
+) -> tuple[list[str] | str, Mapping[str, Any]]:
+    """The roots and options a run of a stored crawl runs with, as far as can be known
+    without a server: for a state file that holds a crawl, its roots when none are given
+    and its stored values of the options that say what to crawl, where left out; the
+    roots and options given otherwise. A shared crawl's are found by :func:`find_stored_options`,
+    and checked again as its session joins.
+
+    Raises:
+        ConfigError: The file cannot be used, holds another crawl, or an option that says
+            what to crawl is given another value.
+    """
+    state = options.get("state")
+    if not (isinstance(state, str | os.PathLike) and os.fspath(state)):
+        return roots, options  # no state file (or an unusable path: CrawlConfig says so)
+    from ._config import keep_what_to_crawl, normalize_roots
+
+    path = str(os.fspath(state))
+    stored = stored_crawl_now(state=path, roots=normalize_roots(roots) if roots else ())
+    if stored is None:  # a new crawl
+        return roots, options
+
+    kept = keep_what_to_crawl(options, stored.options, where=path)
+    return roots or list(stored.roots), kept
+
+
+async def find_stored_options(
+    roots: Sequence[str], options: Mapping[str, Any]
+) -> tuple[Sequence[str], Mapping[str, Any]]:
+    """As :func:`with_stored_options`, for a store that must be asked over the network: a
+    shared crawl's roots when none are given (waiting for the crawl to be created) and
+    its stored values of the shared options left out.
+
+    Raises:
+        ConfigError: No server answers; no roots are given and no such crawl comes; a
+            shared option is given another value than the crawl's.
+    """
+    frontier = options.get("frontier")
+    if frontier is None:
+        return roots, options
+    from ._cluster import options_for_joining
+
+    return await options_for_joining(
+        frontier, options.get("crawl_id", "crawl"), roots=roots, given=options
+    )
+
+
+async def read_status(options: Mapping[str, Any]) -> str:
+    """``--status``: the stored crawl's counts, one per line, as its store keeps them (a
+    shared crawl's, on its server); changes nothing.
+
+    Raises:
+        ConfigError: The store holds no such crawl, or cannot be reached.
+    """
+    frontier = options.get("frontier")
+    if frontier is None:  # the command line refuses --status without --frontier
+        raise ConfigError("status", "needs frontier")
+    from ._cluster import read_status as read_shared_status
+
+    status = await read_shared_status(frontier, options.get("crawl_id", "crawl"))
+    return status.lines()

@@ -24,7 +24,7 @@ import trio
 from sites import Site
 
 from trio_crawler import Crawler
-from trio_crawler._config import OptionChanged
+from trio_crawler._between_runs import OptionChanged
 
 from httpserver import Reply, open_test_server
 from support import HANG_LIMIT, page, read_records, run_cli

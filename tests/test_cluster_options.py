@@ -27,9 +27,10 @@ from sites import Site, run_child
 from test_cluster import command, one_line_error
 
 from trio_crawler import engine_trio
+from trio_crawler._between_runs import OptionChanged
 from trio_crawler._cluster import prefix_of
 from trio_crawler._cluster_scripts import CREATE
-from trio_crawler._config import CrawlConfig, OptionChanged
+from trio_crawler._config import CrawlConfig
 from trio_crawler._robots import origin_of
 
 from httpserver import open_test_server

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import trio
 
 from . import engine_anyio, engine_asyncio, engine_trio
+from ._between_runs import OptionChanged
 from ._clients import choose_http_library
-from ._config import CrawlOptions, OptionChanged, normalize_roots
+from ._config import CrawlOptions, normalize_roots
 from ._options import (
     DURABLE,
     LIMITS,

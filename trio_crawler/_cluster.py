@@ -26,9 +26,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
+from ._between_runs import keep_what_to_crawl
 from ._cluster_scripts import DETAILS, STATUS
-from ._config import ConfigError, CrawlOptions, OptionChanged, declared_options, redacted
+from ._config import redacted
 from ._events import FetchRequest
+from ._options import ConfigError
 from ._robots import origin_of
 
 if TYPE_CHECKING:
@@ -107,7 +109,7 @@ def lost_errors() -> tuple[type[BaseException], ...]:
 def refusal(exc: BaseException, where: str) -> ConfigError | None:
     """The one-line error for a server that cannot be used (unreachable, or refusing our
     credentials) or a crawl that cannot be joined (a :class:`ClusterError`, an
-    :class:`~trio_crawler._config.OptionChanged`), found in ``exc`` or the group that
+    :class:`~trio_crawler._between_runs.OptionChanged`), found in ``exc`` or the group that
     carries it; None for anything else (a bug, which must surface as one)."""
     import coredis.exceptions
 
@@ -350,32 +352,9 @@ def keep_shared_options(
 
     Raises:
         OptionChanged: A shared option is given with another value than the stored one.
-        ClusterError: A stored value is no value of its option (the crawl is damaged).
+        ConfigError: A stored value is no value of its option (the crawl is damaged).
     """
-    options = dict(given)
-    for declared, spec in declared_options(CrawlOptions):
-        name = declared.name
-        if not (spec.fixed or name in SHARED_MANNERS) or name not in stored:
-            continue
-        kept = stored[name]
-        if spec.check is not None and (kept is not None or declared.default is not None):
-            try:
-                kept = spec.check(name, kept)
-            except ConfigError as exc:
-                raise ClusterError(
-                    f"{where}: its crawl was made with {exc}; the crawl is damaged"
-                ) from None
-        if name not in given:
-            options[name] = kept
-            continue
-        value = given[name]
-        try:
-            value = value if spec.check is None or value is None else spec.check(name, value)
-        except ConfigError:
-            continue  # the given value is unusable: CrawlOptions says so, in its own words
-        if value != kept:
-            raise OptionChanged(name, given=value, stored=kept, where=where)
-    return options
+    return keep_what_to_crawl(given, stored, where=where, also=SHARED_MANNERS, damaged="frontier")
 
 
 async def _wait_for_crawl(client: Any, crawl_id: str, wait: float, where: str) -> list[Any]:

@@ -35,30 +35,26 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ._options import (
     DURABLE,
     LIMITS,
     MANNERS,
+    ConfigError,
     check_options,
+    declared_options,
     option,
     seconds,
     takes_options,
     truth,
     whole_number,
 )
-
-# ConfigError and declared_options are re-exported (``as``) only for _cluster.py, which
-# imports them from here and is being changed elsewhere; their home is _options. Drop the
-# aliases once it imports them from there.
-from ._options import ConfigError as ConfigError
-from ._options import declared_options as declared_options
 from ._urls import Scope, normalize_root
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
     from typing import Unpack
 
 # The chapter's defaults (crawl.py), except max_tasks, which the chapter's Crawler class also
@@ -506,70 +502,6 @@ def _not_a_root(root: str) -> str:
     if separator and scheme.lower() not in ("http", "https"):
         return "not an http(s) URL"
     return "not a valid URL"
-
-
-class OptionChanged(ConfigError):
-    """A later run of a durable crawl gives an option that says what to crawl (one
-    declared ``fixed``) another value than the run that made the crawl.
-
-    Attributes:
-        given: The value this run gives.
-        stored: The value the crawl was made with.
-        where: Where the crawl is kept (the state file's path), for the message.
-    """
-
-    def __init__(self, option: str, *, given: object, stored: object, where: str) -> None:
-        super().__init__(
-            option,
-            f"is {given!r}, but the crawl in {where} was made with {stored!r}: what to crawl "
-            f"is fixed by the run that made the crawl (leave {option} out to keep {stored!r}, "
-            "or start a new crawl)",
-        )
-        self.given = given
-        self.stored = stored
-        self.where = where
-
-
-def keep_what_to_crawl(
-    given: Mapping[str, Any], stored: Mapping[str, Any], *, where: str
-) -> dict[str, Any]:
-    """The options of a later run of a durable crawl: those ``given`` to this run, and for
-    each option that says what to crawl (declared ``fixed``) and is not given, the value
-    the crawl was made with (``stored``).
-
-    The options that say *how* to crawl (``max_tasks``, ``delay``, ``timeout``...) are each
-    run's own: given or not, the stored ones are not used. A stored option that is
-    missing (a file from an older version, or edited) is left to its default.
-
-    Raises:
-        OptionChanged: A ``fixed`` option is given with another value than the stored one.
-        ConfigError: A stored value is no value of its option (the file was damaged); the
-            message names ``where``.
-    """
-    options = dict(given)
-    for declared, spec in declared_options(CrawlOptions):
-        name = declared.name
-        if not spec.fixed or name not in stored:
-            continue
-        kept = stored[name]
-        if kept is not None or declared.default is not None:
-            try:
-                kept = kept if spec.check is None else spec.check(name, kept)
-            except ConfigError as exc:
-                raise ConfigError(
-                    "state", f"{where}: its crawl was made with {exc}; the file is damaged"
-                ) from None
-        if name not in given:
-            options[name] = kept
-            continue
-        value = given[name]
-        try:
-            value = value if spec.check is None or value is None else spec.check(name, value)
-        except ConfigError:
-            continue  # the given value is unusable: CrawlOptions says so, in its own words
-        if value != kept:
-            raise OptionChanged(name, given=value, stored=kept, where=where)
-    return options
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -104,7 +104,7 @@ class Option:
         counted: An int flag that counts its repeats (``-vv``) instead of taking a value.
         fixed: The option says *what* to crawl, not how: a durable crawl keeps the value
             the run that made it had, and a later run may leave it out but not change it
-            (see :func:`~trio_crawler._config.keep_what_to_crawl`).
+            (see :func:`~trio_crawler._between_runs.keep_what_to_crawl`).
     """
 
     help: str

@@ -107,7 +107,7 @@ class StoredCrawl:
     Attributes:
         roots: The crawl's roots.
         options: The options the run that made the crawl had, by name (those a later run
-            may not change are picked out by ``_config.keep_what_to_crawl``).
+            may not change are picked out by ``_between_runs.keep_what_to_crawl``).
     """
 
     roots: tuple[str, ...]

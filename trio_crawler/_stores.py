@@ -105,7 +105,8 @@ def with_stored_options(
     state = options.get("state")
     if not (isinstance(state, str | os.PathLike) and os.fspath(state)):
         return roots, options  # no state file (or an unusable path: CrawlConfig says so)
-    from ._config import keep_what_to_crawl, normalize_roots
+    from ._between_runs import keep_what_to_crawl
+    from ._config import normalize_roots
 
     path = str(os.fspath(state))
     stored = stored_crawl_now(state=path, roots=normalize_roots(roots) if roots else ())

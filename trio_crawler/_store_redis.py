@@ -584,7 +584,12 @@ class RedisFrontier:
             await self.sync()
 
     async def leave(self) -> None:
-        self._ops += give_back_operations(self._held)
+        # A URL a worker finished is not given back: the call below sends its completion,
+        # writes its record and marks it done. Given back as well, another process could
+        # lease it before the done arrived, and fetch and record it a second time.
+        unsettled = self._unsettled
+        leaving = {member: req for member, req in self._held.items() if member not in unsettled}
+        self._ops += give_back_operations(leaving)
         self._robots_tickets.clear()
         self._held.clear()
         if self.lost is None:

@@ -24,7 +24,9 @@ strings and a request object is made only when a URL is handed out (a million qu
 cost a list slot each, not an object each). A heap of ready origins, keyed by the sequence
 number of each one's oldest batch, hands URLs out in the order they were found, as the
 chapter's FIFO queue did, whenever no host limit is in the way; a second heap holds the
-origins waiting out their delay, keyed by when they may start again.
+origins waiting out their delay, keyed by when they may start again. The data of one
+origin (its batches, robots.txt state and clock) is :mod:`trio_crawler._origins`'s; the
+decisions over it are here.
 
 robots.txt, per origin, is a small state machine (:class:`RobotsState`)::
 
@@ -44,12 +46,11 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ._events import FetchRequest, KnownPage, RobotsRequest
+from ._events import FetchRequest, RobotsRequest
 from ._frontier import OUT_OF_BUDGET, Disallowed, RobotsState, Taken, Unfetchable
+from ._origins import Batch, Origin, OriginState
 from ._robots import MAX_ROBOTS_REDIRECTS, RobotsRules, origin_of, robots_url
 
 if TYPE_CHECKING:
@@ -58,88 +59,6 @@ if TYPE_CHECKING:
 __all__ = ["OriginScheduler", "OriginState"]
 
 LOGGER = logging.getLogger("trio_crawler")
-
-
-@dataclass(frozen=True, slots=True)
-class OriginState:
-    """What a store keeps of an origin for good: its robots.txt and its delay.
-
-    Attributes:
-        robots: Where its robots.txt stands.
-        rules: Its rules, when KNOWN.
-        failure: The error, when FAILED.
-        delay: Seconds between two request starts (``--delay`` or a longer
-            ``Crawl-delay``).
-    """
-
-    robots: RobotsState
-    rules: RobotsRules | None
-    failure: str | None
-    delay: float
-
-
-class _Batch:
-    """URLs queued together (one page's new links), handed out from ``next_index`` on."""
-
-    __slots__ = ("depth", "known", "next_index", "redirects_left", "sequence", "sitemap", "urls")
-
-    def __init__(
-        self, sequence: int, urls: list[str], *, depth: int, redirects_left: int, sitemap: int
-    ):
-        self.sequence = sequence
-        self.urls = urls
-        self.depth = depth
-        self.redirects_left = redirects_left
-        self.sitemap = sitemap
-        self.next_index = 0
-        # A recrawl's pages, by URL: what the last pass kept (stored frontiers only).
-        self.known: dict[str, KnownPage] | None = None
-
-
-class _Origin:
-    """One origin's queue, robots.txt state and politeness clock."""
-
-    __slots__ = (
-        "batches",
-        "delay",
-        "failure",
-        "in_flight",
-        "key",
-        "next_start",
-        "queued",
-        "ready",
-        "requeued",
-        "robots",
-        "rules",
-        "sleeping",
-        "unstarted",
-    )
-
-    def __init__(self, key: str, *, delay: float, rules: RobotsRules | None) -> None:
-        self.key = key
-        self.batches: deque[_Batch] = deque()
-        # Requests put back (a Retry-After wait, a retry waiting out the delay, an engine
-        # handing work back): they go first, and keep their attempt count.
-        self.requeued: deque[FetchRequest] = deque()
-        self.queued = 0
-        self.in_flight = 0  # pages and robots.txt of this origin handed out, not yet done
-        self.delay = delay
-        self.next_start = 0.0  # the earliest time the next request may start
-        self.robots = RobotsState.UNKNOWN if rules is None else RobotsState.KNOWN
-        self.rules = rules
-        self.failure: str | None = None  # the error, when robots is FAILED
-        # With a delay: requests handed out whose attempt has not started yet. The delay
-        # runs from a request's start, so none follows until the one before it has started.
-        self.unstarted: set[str] = set()
-        self.ready = False  # has an entry in the ready heap
-        self.sleeping = False  # has an entry in the sleeping heap
-
-    def head_sequence(self) -> int:
-        return -1 if self.requeued else self.batches[0].sequence
-
-    def head_is_new(self) -> bool:
-        """Whether the next request handed out would be a URL's first attempt."""
-        return not self.requeued or self.requeued[0].attempt == 1
 
 
 class OriginScheduler:
@@ -157,7 +76,7 @@ class OriginScheduler:
         self._delay = delay
         self._obey_robots = obey_robots
         self._max_per_host = max_per_host
-        self._origins: dict[str, _Origin] = {}
+        self._origins: dict[str, Origin] = {}
         self._ready: list[tuple[int, str]] = []  # heap of (head sequence, origin key)
         self._sleeping: list[tuple[float, str]] = []  # heap of (next start, origin key)
         self._sequence = 0
@@ -230,7 +149,7 @@ class OriginScheduler:
             else:
                 self._sequence += 1
                 origin.batches.append(
-                    _Batch(
+                    Batch(
                         self._sequence,
                         batch_urls,
                         depth=depth,
@@ -260,7 +179,7 @@ class OriginScheduler:
                 == (request.depth, request.redirects_left, request.sitemap)
             ):
                 self._sequence += 1
-                batch = _Batch(
+                batch = Batch(
                     self._sequence,
                     [],
                     depth=request.depth,
@@ -295,7 +214,7 @@ class OriginScheduler:
         is longer than this scheduler's: the delay of the run that restores the origin is
         the floor, whatever the run that kept it had.
         """
-        origin = self._origins[key] = _Origin(key, delay=self._delay, rules=rules)
+        origin = self._origins[key] = Origin(key, delay=self._delay, rules=rules)
         self._note_rules(rules)
         if rules is None:
             origin.failure = failure
@@ -491,12 +410,12 @@ class OriginScheduler:
 
     # -- the only places the counts change ---------------------------------------------------
 
-    def _push(self, origin: _Origin, count: int) -> None:
+    def _push(self, origin: Origin, count: int) -> None:
         origin.queued += count
         self._queued += count
         self._make_ready(origin)
 
-    def _pop(self, origin: _Origin) -> FetchRequest:
+    def _pop(self, origin: Origin) -> FetchRequest:
         origin.queued -= 1
         self._queued -= 1
         if origin.requeued:
@@ -514,19 +433,19 @@ class OriginScheduler:
             known=None if batch.known is None else batch.known.get(url),
         )
 
-    def _lease(self, origin: _Origin, request: FetchRequest, now: float) -> None:
+    def _lease(self, origin: Origin, request: FetchRequest, now: float) -> None:
         self._in_flight.add(request.url)
         origin.in_flight += 1
         origin.next_start = now + origin.delay
         if origin.delay:
             origin.unstarted.add(request.url)
 
-    def _release(self, origin: _Origin, request: FetchRequest) -> None:
+    def _release(self, origin: Origin, request: FetchRequest) -> None:
         self._in_flight.remove(request.url)
         origin.in_flight -= 1
         self._make_ready(origin)
 
-    def _set_robots(self, origin: _Origin, state: RobotsState) -> None:
+    def _set_robots(self, origin: Origin, state: RobotsState) -> None:
         fetching = RobotsState.FETCHING
         self._robots_fetching += (state is fetching) - (origin.robots is fetching)
         origin.robots = state
@@ -537,20 +456,20 @@ class OriginScheduler:
         if rules is not None and (rules.parsed is not None or not rules.allow_all):
             self._may_turn_away = True
 
-    def _origin_for(self, key: str) -> _Origin:
+    def _origin_for(self, key: str) -> Origin:
         """Origin ``key``, made if new: its robots.txt UNKNOWN when robots.txt is obeyed."""
         origin = self._origins.get(key)
         if origin is None:
             rules = None if self._obey_robots else RobotsRules()
-            origin = self._origins[key] = _Origin(key, delay=self._delay, rules=rules)
+            origin = self._origins[key] = Origin(key, delay=self._delay, rules=rules)
         return origin
 
-    def _origin(self, request: FetchRequest) -> _Origin:
+    def _origin(self, request: FetchRequest) -> Origin:
         if isinstance(request, RobotsRequest):
             return self._origins[request.origin]
         return self._origins[origin_of(request.url)]
 
-    def _take_robots(self, origin: _Origin, now: float) -> RobotsRequest:
+    def _take_robots(self, origin: Origin, now: float) -> RobotsRequest:
         self._set_robots(origin, RobotsState.FETCHING)
         origin.in_flight += 1
         origin.next_start = now + origin.delay
@@ -561,7 +480,7 @@ class OriginScheduler:
         LOGGER.debug("fetching %s", url)
         return RobotsRequest(url=url, redirects_left=MAX_ROBOTS_REDIRECTS, origin=origin.key)
 
-    def _requeue(self, origin: _Origin, request: FetchRequest) -> None:
+    def _requeue(self, origin: Origin, request: FetchRequest) -> None:
         """Move a request in flight back to the front of its origin's queue."""
         self._release(origin, request)
         origin.requeued.appendleft(request)
@@ -569,20 +488,20 @@ class OriginScheduler:
         # stale sequence is only a little early or late.
         self._push(origin, 1)
 
-    def _started_now(self, origin: _Origin, request: FetchRequest) -> None:
+    def _started_now(self, origin: Origin, request: FetchRequest) -> None:
         """``request`` has started (or ended, or gone back): the next may be handed out."""
         if origin.unstarted:
             origin.unstarted.discard(request.url)
             if not origin.unstarted:
                 self._make_ready(origin)
 
-    def _make_ready(self, origin: _Origin) -> None:
+    def _make_ready(self, origin: Origin) -> None:
         if origin.ready or origin.sleeping or not origin.queued:
             return
         origin.ready = True
         heapq.heappush(self._ready, (origin.head_sequence(), origin.key))
 
-    def _can_start(self, origin: _Origin) -> bool:
+    def _can_start(self, origin: Origin) -> bool:
         if origin.robots is RobotsState.FETCHING or origin.unstarted:
             return False
         limit = self._max_per_host

@@ -2,11 +2,22 @@
 
 The core (:mod:`trio_crawler._state`) decides that a URL is tried again; this module is the
 policy it decides by, kept apart so that it reads as one page: the statuses that mean "not
-now" rather than "no", and the backoff when the answer gives no ``Retry-After``. Pure
-numbers: the jitter is an input, drawn by the core from a source it owns (a test seeds it).
+now" rather than "no", whether such an answer is tried again and after how long
+(:func:`retry_wait`), and the backoff when the answer gives no ``Retry-After``. Pure
+numbers: the jitter is an input, drawn from a source the core owns (a test seeds it).
 """
 
 from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._events import FetchRequest, Response
+
+LOGGER = logging.getLogger("trio_crawler")
 
 # Statuses that mean "not now" rather than "no", retried like network errors: 408 Request
 # Timeout (RFC 9110 section 15.5.9), 429 Too Many Requests (RFC 6585 section 4), 502 Bad
@@ -38,3 +49,47 @@ def backoff_wait(attempt: int, jitter: float) -> float:
     step = BACKOFF_FIRST * 2.0 ** min(attempt - 1, 16)  # 2**16 s is far past the cap
     spread = 1.0 + BACKOFF_JITTER * (2.0 * jitter - 1.0)
     return round(min(BACKOFF_CAP, step * spread), 3)
+
+
+def retry_wait(
+    request: FetchRequest,
+    response: Response,
+    *,
+    max_tries: int,
+    max_retry_after: float,
+    draw: Callable[[], float],
+) -> float | None:
+    """Seconds to wait before the next try of ``request``, whose try got ``response``, an
+    answer of :data:`RETRY_STATUSES`; None when it is not tried again (logged, as is the
+    wait): its tries are spent (``max_tries``), or its ``Retry-After`` asks for longer than
+    ``max_retry_after``. The wait is the ``Retry-After``, else a backoff whose jitter is
+    ``draw()`` (called only then).
+    """
+    if request.attempt >= max_tries:
+        LOGGER.info(
+            "try %d for %s got %d; no tries left", request.attempt, request.url, response.status
+        )
+        return None
+    if response.retry_after is None:
+        wait = backoff_wait(request.attempt, draw())
+    elif response.retry_after <= max_retry_after:
+        wait = response.retry_after
+    else:
+        LOGGER.info(
+            "try %d for %s got %d asking to wait %g s, longer than --max-retry-after "
+            "(%g s): not retried",
+            request.attempt,
+            request.url,
+            response.status,
+            response.retry_after,
+            max_retry_after,
+        )
+        return None
+    LOGGER.info(
+        "try %d for %s got %d; retrying after %g s",
+        request.attempt,
+        request.url,
+        response.status,
+        wait,
+    )
+    return wait

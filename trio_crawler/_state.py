@@ -86,7 +86,7 @@ from ._page import (
     redirect_target,
     sitemap_offers,
 )
-from ._retry_policy import RETRY_STATUSES, backoff_wait
+from ._retry_policy import RETRY_STATUSES, retry_wait
 from ._robots import RobotsRules, origin_of
 from ._stats import FetchStatistic
 from ._urls import normalize_url
@@ -348,42 +348,23 @@ class CrawlState:
         self, request: FetchRequest, response: Response, now: float
     ) -> Requeued | None:
         """The next try of an answer that means "not now" (:data:`RETRY_STATUSES`), after
-        the wait its Retry-After asks for, else after a backoff; None when the URL has no
-        tries left or asks for a wait over ``max_retry_after`` (the answer is then the URL's
-        record).
+        the wait the policy says (:func:`~trio_crawler._retry_policy.retry_wait`); None
+        when it says none (the answer is then the URL's record).
 
         The wait holds the whole origin, not only this URL (``retry_later``): these
         answers speak for the server (it is overloaded, rate-limiting us, or its upstream is
         down), so its other URLs would get the same one now, and sending them would undo
         the wait. A shared crawl's server holds the origin for every process.
         """
-        if request.attempt >= self.config.max_tries:
-            LOGGER.info(
-                "try %d for %s got %d; no tries left", request.attempt, request.url, response.status
-            )
-            return None
-        if response.retry_after is None:
-            wait = backoff_wait(request.attempt, self.jitter_source.random())
-        elif response.retry_after <= self.config.max_retry_after:
-            wait = response.retry_after
-        else:
-            LOGGER.info(
-                "try %d for %s got %d asking to wait %g s, longer than --max-retry-after "
-                "(%g s): not retried",
-                request.attempt,
-                request.url,
-                response.status,
-                response.retry_after,
-                self.config.max_retry_after,
-            )
-            return None
-        LOGGER.info(
-            "try %d for %s got %d; retrying after %g s",
-            request.attempt,
-            request.url,
-            response.status,
-            wait,
+        wait = retry_wait(
+            request,
+            response,
+            max_tries=self.config.max_tries,
+            max_retry_after=self.config.max_retry_after,
+            draw=self.jitter_source.random,
         )
+        if wait is None:
+            return None
         self.limit_counts[RETRIED_STATUS] += 1
         retry = dataclasses.replace(request, attempt=request.attempt + 1)
         self.frontier.retry_later(retry, not_before=now + wait, now=now)

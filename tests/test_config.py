@@ -32,7 +32,7 @@ SIGNATURE = (
     "(roots, *, exclude=None, strict=True, max_redirect=10, max_tries=4, max_tasks=10, "
     "client=None, sitemaps=False, timeout=10.0, max_time=None, max_pages=None, max_depth=None, "
     "max_size=10485760, max_url_length=2083, obey_robots=True, user_agent=None, "
-    "max_per_host=None, delay=0.0, max_retry_after=600.0, state=None, recrawl=False, "
+    "max_per_host=None, delay=0.0, max_retry_after=600.0, adapt=True, state=None, recrawl=False, "
     "frontier=None, "
     "crawl_id='crawl', lease=60.0, on_record=None, "
     "on_exchange=None, on_progress=None, progress_interval=0.1)"
@@ -235,6 +235,7 @@ def test_crawler_passes_every_option_to_its_config(tmp_path: Path) -> None:
         "max_per_host": 10,
         "delay": 11.0,
         "max_retry_after": 12.0,
+        "adapt": False,
     }
     # A crawl is kept in a state file or on a shared frontier, never both: two crawlers.
     stored = CrawlOptions(**common, state=str(tmp_path / "crawl.db"), recrawl=True)

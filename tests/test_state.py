@@ -94,7 +94,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def make_state(*roots: str, **options: Any) -> tuple[CrawlState, list[FetchStatistic]]:
     """A crawl of ``roots`` (ROOT if none) with robots.txt obeyed unless told otherwise,
-    on the store the test runs on, its backoff jitter drawn from a seeded generator."""
+    on the store the test runs on, its backoff jitter drawn from a seeded generator.
+
+    Origins keep the crawl's own pace (``adapt`` off) unless a scenario asks for it: the
+    scenarios here are about the other manners, each of which ``tests/test_pace.py`` runs
+    again with the pace learning."""
+    options.setdefault("adapt", False)
     state, written = make_core(
         _store["kind"],
         list(roots or [ROOT]),

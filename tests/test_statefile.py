@@ -39,6 +39,9 @@ ROOT = "http://site.test/0"
 
 
 def open_crawl(path: Path, **options: Any) -> tuple[CrawlState, StoredFrontier]:
+    """A crawl of ROOT in the state file ``path``, driven by hand on a clock that stands
+    still: so its origins keep the crawl's own pace (the learnt one is test_pace.py's)."""
+    options.setdefault("adapt", False)
     config = CrawlConfig.create([ROOT], obey_robots=False, state=str(path), **options)
     store = open_state_store(config)
     state = CrawlState(config, frontier=store, resumed=store.resumed())

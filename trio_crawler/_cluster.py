@@ -161,17 +161,19 @@ class SharedCounts:
     failed: int
     finished: bool
     seen: int
+    slowed_now: int = 0  # origins whose pace limits them now
+    slowed_ever: int = 0  # origins it ever limited
 
     @classmethod
     def from_answer(cls, answer: object) -> SharedCounts:
         """The counts a script answered; anything else is a foreign or damaged crawl."""
-        if not (isinstance(answer, list) and len(answer) == 6):
+        if not (isinstance(answer, list) and len(answer) in (6, 8)):
             raise ValueError(f"not a crawl's counts: {answer!r}")
         numbers = [int(value) for value in answer]
         if min(numbers) < 0:
             raise ValueError(f"negative counts: {answer!r}")
-        queued, leased, done, failed, finished, seen = numbers
-        return cls(queued, leased, done, failed, finished == 1, seen)
+        queued, leased, done, failed, finished, seen, *slowed = numbers
+        return cls(queued, leased, done, failed, finished == 1, seen, *slowed)
 
     def lines(self) -> str:
         return (

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._cluster import entry_of, parse_entry
 from ._frontier import Settled
+from ._pace import Pace, PaceSignal
 from ._robots import RobotsRules, origin_of
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
     from ._events import FetchRequest
     from ._frontier import Completion
+    from ._scheduler import OriginScheduler
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -190,3 +192,55 @@ def origin_state(key: str, answer: list[Any]) -> OriginState:
     # that says otherwise is damaged: fetch by the rules of none.
     LOGGER.warning("shared frontier: origin %s has no robots.txt state", key)
     return OriginState(RobotsRules(), None, wait)
+
+
+# The answer of a pace operation for an origin its pace limits by the window alone.
+PACE_ONLY_WINDOW = 1e-6
+# How a pace operation names what an answer said (lua/step.lua's "pace").
+PACE_CODES = {PaceSignal.PUSHBACK: "p", PaceSignal.PROMPT: "o", PaceSignal.SLOW: "w"}
+
+
+class SharedPace:
+    """What one process of a shared crawl keeps of the origins' paces, which the server
+    keeps and changes (lua/step.lua's ``pace_answer``, the law of
+    :mod:`trio_crawler._pace`): each origin's fastest answer, to tell a slow one, and the
+    origins the server said their pace limits now. A prompt answer is sent only for
+    those: only then can it change a pace, and a crawl that meets no pushback sends none.
+    """
+
+    def __init__(self, *, adapt: bool) -> None:
+        self.adapt = adapt
+        self._local: dict[str, Pace] = {}
+        self.paced: dict[str, float] = {}  # origin -> the server's gap (0: a window only)
+
+    def operation(
+        self, origin: str, pushback: bool, elapsed: float, started: float
+    ) -> Operation | None:
+        """The operation that tells the server of an answer that took ``elapsed`` seconds
+        from ``started`` (the server's clock); None when there is nothing to tell."""
+        if not self.adapt:
+            return None
+        local = self._local.get(origin)
+        if local is None:
+            local = self._local[origin] = Pace(window=0)
+        signal = PaceSignal.PUSHBACK if pushback else local.classify(elapsed)
+        if signal is PaceSignal.PROMPT and origin not in self.paced:
+            return None
+        return {"k": "pace", "o": origin, "s": PACE_CODES[signal], "t": started}
+
+    def learn(self, op: Operation, result: object) -> None:
+        """The server's answer to a pace operation: the origin's gap when its pace limits
+        it (a number above 0), else 0."""
+        if isinstance(result, int | float) and result > 0:
+            self.paced[op["o"]] = float(result)
+        else:
+            self.paced.pop(op["o"], None)
+
+    def space(self, scheduler: OriginScheduler, url: str, now: float) -> None:
+        """Hold ``url``'s origin in the window for the server's gap after it is handed out:
+        the URLs this process leased before the origin was slowed go out at its new pace,
+        as those the server leases from then on (one at a time, each after the gap)."""
+        key = origin_of(url)
+        gap = self.paced.get(key)
+        if gap is not None and gap > PACE_ONLY_WINDOW:
+            scheduler.hold_origin(key, not_before=now + gap)

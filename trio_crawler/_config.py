@@ -377,6 +377,14 @@ class CrawlOptions:
         metavar="SECONDS",
         section=MANNERS,
     )
+    adapt: bool = option(
+        True,
+        help="slow each origin down when it pushes back (429, 503, timeouts, slow answers)",
+        check=truth,
+        off_flags=("--no-adapt",),
+        off_help="keep every origin at --delay and --max-per-host whatever it answers",
+        section=MANNERS,
+    )
 
     state: str | None = option(
         None,
@@ -464,6 +472,7 @@ class CrawlKeywords(TypedDict, total=False):
     max_per_host: int | None
     delay: float
     max_retry_after: float
+    adapt: bool
     state: str | None
     recrawl: bool
     frontier: str | None

@@ -17,6 +17,8 @@ ROBOTS_DISALLOWED = "robots_disallowed"
 NOFOLLOW_PAGES = "nofollow_pages"
 # Retries after an HTTP answer (one of RETRY_STATUSES), with a Retry-After or a backoff.
 RETRIED_STATUS = "retried_status"
+# Origins whose pace slowed them (a 429, a 503, a timeout, slow answers) at any point.
+SLOWED_ORIGINS = "slowed_origins"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +41,7 @@ class CrawlCounts:
         error: Records of an HTTP error status (404, 500, ...): the report's ``error``.
         fail: Records whose every try failed: the report's ``fail``, ``--status``'s
             ``failed``.
+        slowed: Origins whose learnt pace holds them below the crawl's own limits now.
     """
 
     queued: int
@@ -50,6 +53,7 @@ class CrawlCounts:
     seen: int
     error: int = 0
     fail: int = 0
+    slowed: int = 0
 
     @property
     def todo(self) -> int:

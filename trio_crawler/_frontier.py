@@ -359,6 +359,19 @@ class Frontier(Protocol):
         """An attempt for ``request`` starts at ``now``: its origin's delay runs from here."""
         ...
 
+    def answered(
+        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+    ) -> None:
+        """An attempt for ``request``, in flight, that started at ``started`` got an answer
+        at ``now``; ``pushback`` when it was a 429 or 503, a timeout or a failed
+        connection. Its origin's pace learns from it (:mod:`trio_crawler._pace`)."""
+        ...
+
+    @property
+    def slowed(self) -> tuple[int, int]:
+        """Origins slowed by their pace now, and at any point of the crawl."""
+        ...
+
     def retry(self, request: FetchRequest) -> bool:
         """A retry of ``request``: True to attempt it at once, False if it was queued again
         to wait its origin's turn."""

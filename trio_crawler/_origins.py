@@ -7,7 +7,8 @@ moves, apart so that the scheduler's module holds its decisions and little else.
 request carries besides its URL, so that a million queued URLs cost a list slot each, not
 an object each. :class:`OriginState` is what a store keeps of an origin for good.
 
-Nothing here reads a clock or decides anything: the scheduler does both.
+Nothing here reads a clock or decides anything: the scheduler does both (and an origin's
+:class:`~trio_crawler._pace.Pace` learns its own pace).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._frontier import RobotsState
+from ._pace import PaceSignal
 
 if TYPE_CHECKING:
     from ._events import FetchRequest, KnownPage
+    from ._pace import Pace
     from ._robots import RobotsRules
 
 __all__ = ["Batch", "Origin", "OriginState"]
@@ -71,10 +74,12 @@ class Origin:
         "in_flight",
         "key",
         "next_start",
+        "pace",
         "queued",
         "ready",
         "requeued",
         "robots",
+        "robots_at",
         "rules",
         "sleeping",
         "unstarted",
@@ -98,6 +103,33 @@ class Origin:
         self.unstarted: set[str] = set()
         self.ready = False  # has an entry in the ready heap
         self.sleeping = False  # has an entry in the sleeping heap
+        self.pace: Pace | None = None  # what its answers taught (None: --no-adapt)
+        self.robots_at: float | None = None  # when its robots.txt was decided
+
+    def learn(
+        self, pushback: bool, started: float, now: float, max_per_host: int | None
+    ) -> tuple[PaceSignal, str | None]:
+        """Its pace takes an answer to a request of its own in flight (see
+        :meth:`~trio_crawler._pace.Pace.answered`): what the answer said, and the change."""
+        pace = self.pace
+        assert pace is not None
+        signal = PaceSignal.PUSHBACK if pushback else pace.classify(now - started)
+        change = pace.answered(
+            signal,
+            started=started,
+            now=now,
+            in_flight=self.in_flight - 1,
+            user_gap=self.delay,
+            user_window=max_per_host,
+        )
+        return signal, change
+
+    def spacing(self) -> float:
+        """Seconds between two request starts in force: the delay, or the learnt gap."""
+        pace = self.pace
+        if pace is not None and pace.gap > self.delay:
+            return pace.gap
+        return self.delay
 
     def head_sequence(self) -> int:
         return -1 if self.requeued else self.batches[0].sequence

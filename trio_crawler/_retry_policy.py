@@ -25,6 +25,10 @@ LOGGER = logging.getLogger("trio_crawler")
 # Scrapy's RETRY_HTTP_CODES has these and 500, which stays a record here: a server's bug
 # answers the same the next time.
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+# Of those, the answers that say the server is overloaded or rate-limiting this client, so
+# that its origin's pace slows down (with timeouts and failed connections): 502, 504 and
+# 408 speak of a gateway or of the request, not of load the crawler put on the server.
+PUSHBACK_STATUSES = frozenset({429, 503})
 # Without a Retry-After, the wait before a retry is an exponential backoff: about 1 s, then
 # 2, 4... up to 60 s (the adaptive-manners contract), each drawn within 20 % either side of
 # its step (gRPC's connection-backoff JITTER), so that clients a server turned away at one

@@ -31,6 +31,10 @@ MAX_ROBOTS_REDIRECTS = 5
 # RFC 9309, section 2.5: crawlers MUST parse at least 500 KiB of a robots.txt and MAY
 # ignore the rest. (The fetch already stops reading there; this holds for any body.)
 MAX_PARSED_SIZE = 500 * 1024
+# RFC 9309 section 2.4: a crawler SHOULD NOT use a cached robots.txt for more than 24
+# hours. An origin whose rules are older is asked again before its next URL goes out, in a
+# long crawl, a resumed one and a shared one alike (its time is kept with its rules).
+ROBOTS_MAX_AGE = 24 * 3600.0
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -78,7 +82,9 @@ class RobotsRules:
             # everything, as an empty file does, and is kept as one so as not to read back
             # as "deny".
             return cls.from_text("" if text in ("allow", "deny") else text)
-        if 500 <= status < 600:
+        if 500 <= status < 600 or status == 429:
+            # 429 too (RFC 9309 leaves it open; the contract counts it as a server error):
+            # a robots.txt rate-limited away is no licence to crawl.
             return cls(allow_all=False)
         # 4xx, and anything else the RFC does not name (1xx, a 3xx that ended the chain):
         # the file is unavailable, which allows everything.

@@ -51,7 +51,8 @@ from typing import TYPE_CHECKING
 from ._events import FetchRequest, RobotsRequest
 from ._frontier import OUT_OF_BUDGET, Disallowed, RobotsState, Taken, Unfetchable
 from ._origins import Batch, Origin, OriginState
-from ._robots import MAX_ROBOTS_REDIRECTS, RobotsRules, origin_of, robots_url
+from ._pace import Pace
+from ._robots import MAX_ROBOTS_REDIRECTS, ROBOTS_MAX_AGE, RobotsRules, origin_of, robots_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -70,10 +71,14 @@ class OriginScheduler:
         obey_robots: Fetch each origin's robots.txt before its first URL. Without it every
             origin starts with rules that allow everything.
         max_per_host: Requests to one origin in flight at once, at most (None: no limit).
+        adapt: Learn each origin's pace from its answers (:mod:`trio_crawler._pace`).
     """
 
-    def __init__(self, *, delay: float, obey_robots: bool, max_per_host: int | None) -> None:
+    def __init__(
+        self, *, delay: float, obey_robots: bool, max_per_host: int | None, adapt: bool = False
+    ) -> None:
         self._delay = delay
+        self._adapt = adapt
         self._obey_robots = obey_robots
         self._max_per_host = max_per_host
         self._origins: dict[str, Origin] = {}
@@ -83,6 +88,8 @@ class OriginScheduler:
         self._queued = 0
         self._in_flight: set[str] = set()
         self._robots_fetching = 0
+        self._slowed_now = 0  # origins whose pace limits them now
+        self._ever_slowed: dict[str, bool] = {}
         # Whether any origin has rules that may refuse a URL: until one has, no link is
         # looked up (a crawl that ignores robots.txt, or whose files allow everything).
         self._may_turn_away = False
@@ -205,16 +212,24 @@ class OriginScheduler:
     # -- origins a store kept ------------------------------------------------------------
 
     def restore_origin(
-        self, key: str, *, rules: RobotsRules | None, failure: str | None, delay: float | None
+        self,
+        key: str,
+        *,
+        rules: RobotsRules | None,
+        failure: str | None,
+        delay: float | None,
+        robots_at: float | None = None,
     ) -> None:
         """An origin whose robots.txt a store kept: KNOWN with ``rules``, else FAILED with
         ``failure``.
 
         ``delay``, if given, is the origin's own (a ``Crawl-delay``), which applies where it
         is longer than this scheduler's: the delay of the run that restores the origin is
-        the floor, whatever the run that kept it had.
+        the floor, whatever the run that kept it had. ``robots_at`` is when the robots.txt
+        was decided, on the engine's clock (see :data:`ROBOTS_MAX_AGE`).
         """
-        origin = self._origins[key] = Origin(key, delay=self._delay, rules=rules)
+        origin = self._origins[key] = self._new_origin(key, rules)
+        origin.robots_at = robots_at
         self._note_rules(rules)
         if rules is None:
             origin.failure = failure
@@ -264,7 +279,7 @@ class OriginScheduler:
                 origin.sleeping = True
                 heapq.heappush(self._sleeping, (origin.next_start, key))
                 continue
-            if origin.robots is RobotsState.UNKNOWN:
+            if origin.robots is RobotsState.UNKNOWN or self._stale(origin, now):
                 return self._take_robots(origin, now)
             if not start_new and origin.head_is_new():
                 self._make_ready(origin)
@@ -296,8 +311,11 @@ class OriginScheduler:
         requests to one origin ``delay`` apart however long they waited.
         """
         origin = self._origin(request)
-        if origin.delay:
-            origin.next_start = max(origin.next_start, now + origin.delay)
+        if origin.pace is not None:
+            origin.pace.started(now)
+        spacing = origin.spacing()
+        if spacing:
+            origin.next_start = max(origin.next_start, now + spacing)
         self._started_now(origin, request)
 
     def complete(self, request: FetchRequest) -> None:
@@ -316,7 +334,7 @@ class OriginScheduler:
         """
         origin = self._origin(request)
         self._started_now(origin, request)
-        if not origin.delay or isinstance(request, RobotsRequest):
+        if not origin.spacing() or isinstance(request, RobotsRequest):
             return True
         self._requeue(origin, request)
         return False
@@ -381,6 +399,7 @@ class OriginScheduler:
         origin = self._origins[request.origin]
         self._started_now(origin, request)
         origin.in_flight -= 1
+        origin.robots_at = now
         if rules is not None:
             origin.rules = rules
             self._note_rules(rules)
@@ -393,6 +412,68 @@ class OriginScheduler:
             origin.delay = delay
             origin.next_start = max(origin.next_start, now + delay)
         self._make_ready(origin)
+
+    def _stale(self, origin: Origin, now: float) -> bool:
+        """Whether the origin's robots.txt rules are past :data:`ROBOTS_MAX_AGE`."""
+        at = origin.robots_at
+        return at is not None and now - at >= ROBOTS_MAX_AGE and self._obey_robots
+
+    def robots_time(self, key: str, at: float | None = None) -> float | None:
+        """When origin ``key``'s robots.txt was decided (engine clock); ``at`` sets it."""
+        if at is not None:
+            self._origins[key].robots_at = at
+        return self._origins[key].robots_at
+
+    # -- pace ----------------------------------------------------------------------------
+
+    def answered(
+        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+    ) -> str | None:
+        """An attempt for ``request``, in flight, got an answer (``pushback``: a 429 or a
+        503, a timeout or a failed connection): its origin's pace learns from it. Returns
+        why the pace changed, logged here at INFO, or None.
+
+        Call it before the request is completed, retried or put back.
+        """
+        origin = self._origin(request)
+        pace = origin.pace
+        if pace is None:
+            return None
+        slowed_before, gap_before = pace.active, pace.gap
+        signal, change = origin.learn(pushback, started, now, self._max_per_host)
+        if change is not None:
+            if pace.active and not slowed_before:
+                self._slowed_now += 1
+            elif slowed_before and not pace.active:
+                self._slowed_now -= 1
+            if pace.slowed and not self._ever_slowed.get(origin.key):
+                self._ever_slowed[origin.key] = True
+            why = "pushback" if pushback else signal.value
+            LOGGER.info("pace of %s: %s (%s from %s)", origin.key, change, why, request.url)
+        if pace.gap > gap_before and pace.last_start >= 0.0:
+            origin.next_start = max(origin.next_start, pace.last_start + origin.spacing())
+        self._make_ready(origin)
+        return change
+
+    @property
+    def slowed(self) -> tuple[int, int]:
+        """Origins slowed by their pace now, and ever (the progress line, the report)."""
+        return self._slowed_now, len(self._ever_slowed)
+
+    def pace_of(self, key: str) -> Pace | None:
+        """Origin ``key``'s pace, for a store to keep (None: --no-adapt, or unknown)."""
+        origin = self._origins.get(key)
+        return None if origin is None else origin.pace
+
+    def restore_pace(self, key: str, gap: float, window: int, ceiling: float) -> None:
+        """Origin ``key`` (known here) resumes with the pace a store kept: slowed."""
+        pace = self._origins[key].pace
+        if pace is None:
+            return
+        pace.restore(gap=gap, window=window, ceiling=ceiling)
+        self._ever_slowed[key] = True
+        if pace.active:
+            self._slowed_now += 1
 
     def take_robots(self, key: str, *, now: float) -> RobotsRequest:
         """Hand out origin ``key``'s robots.txt now, whatever its queue holds: for a store
@@ -436,8 +517,9 @@ class OriginScheduler:
     def _lease(self, origin: Origin, request: FetchRequest, now: float) -> None:
         self._in_flight.add(request.url)
         origin.in_flight += 1
-        origin.next_start = now + origin.delay
-        if origin.delay:
+        spacing = origin.spacing()
+        origin.next_start = now + spacing
+        if spacing:
             origin.unstarted.add(request.url)
 
     def _release(self, origin: Origin, request: FetchRequest) -> None:
@@ -461,7 +543,13 @@ class OriginScheduler:
         origin = self._origins.get(key)
         if origin is None:
             rules = None if self._obey_robots else RobotsRules()
-            origin = self._origins[key] = Origin(key, delay=self._delay, rules=rules)
+            origin = self._origins[key] = self._new_origin(key, rules)
+        return origin
+
+    def _new_origin(self, key: str, rules: RobotsRules | None) -> Origin:
+        origin = Origin(key, delay=self._delay, rules=rules)
+        if self._adapt:
+            origin.pace = Pace()
         return origin
 
     def _origin(self, request: FetchRequest) -> Origin:
@@ -472,9 +560,10 @@ class OriginScheduler:
     def _take_robots(self, origin: Origin, now: float) -> RobotsRequest:
         self._set_robots(origin, RobotsState.FETCHING)
         origin.in_flight += 1
-        origin.next_start = now + origin.delay
+        spacing = origin.spacing()
+        origin.next_start = now + spacing
         url = robots_url(origin.key)
-        if origin.delay:
+        if spacing:
             origin.unstarted.add(url)
         self._make_ready(origin)
         LOGGER.debug("fetching %s", url)
@@ -505,4 +594,7 @@ class OriginScheduler:
         if origin.robots is RobotsState.FETCHING or origin.unstarted:
             return False
         limit = self._max_per_host
-        return limit is None or origin.in_flight < limit
+        if limit is not None and origin.in_flight >= limit:
+            return False
+        pace = origin.pace
+        return pace is None or not pace.window or origin.in_flight < pace.window

@@ -62,6 +62,7 @@ from ._counts import (
     NOFOLLOW_PAGES,
     RETRIED_STATUS,
     ROBOTS_DISALLOWED,
+    SLOWED_ORIGINS,
     CrawlCounts,
 )
 from ._events import (
@@ -86,7 +87,7 @@ from ._page import (
     redirect_target,
     sitemap_offers,
 )
-from ._retry_policy import RETRY_STATUSES, retry_wait
+from ._retry_policy import PUSHBACK_STATUSES, RETRY_STATUSES, retry_wait
 from ._robots import RobotsRules, origin_of
 from ._stats import FetchStatistic
 from ._urls import normalize_url
@@ -153,6 +154,9 @@ class CrawlState:
         # Records the earlier runs of a resumed crawl made: not this run's (records_made).
         self._recorded_before = 0
         self._scheduling = True
+        # When each page's attempt in flight started, for its origin's pace (--no-adapt:
+        # not kept).
+        self._starts: dict[str, float] | None = {} if config.adapt else None
         # Sitemaps are read for the roots' origins only: robots.txt names them per origin.
         self._root_origins = frozenset(origin_of(root) for root in config.roots)
         if resumed is not None:
@@ -233,6 +237,8 @@ class CrawlState:
         start keeps requests to one host ``delay`` apart however long they waited.
         """
         self.frontier.started(request, now=now)
+        if self._starts is not None:
+            self._starts[request.url] = now
 
     def attempt_finished(
         self, request: FetchRequest, outcome: Outcome, *, now: float
@@ -261,6 +267,8 @@ class CrawlState:
             )
         if isinstance(request, RobotsRequest):
             return self._robots_finished(request, outcome, now)
+        if self._starts is not None:
+            self._learn(request, outcome, now)
         if isinstance(outcome, FetchError):
             retry = self._retry(request, outcome)
             if retry is None:
@@ -331,9 +339,25 @@ class CrawlState:
             seen=self.frontier.seen_count,
             error=self._kinds["error"],
             fail=self._kinds["fail"],
+            slowed=self.frontier.slowed[0],
         )
 
     # -- decisions ------------------------------------------------------------------------
+
+    def _learn(self, request: FetchRequest, outcome: Outcome, now: float) -> None:
+        """The origin's pace takes the answer (before the request leaves the flight)."""
+        assert self._starts is not None
+        started = self._starts.pop(request.url, None)
+        if started is None:
+            return
+        if isinstance(outcome, FetchError):
+            pushback = outcome.retryable
+        else:
+            pushback = outcome.status in PUSHBACK_STATUSES
+        self.frontier.answered(request, pushback=pushback, started=started, now=now)
+        slowed = self.frontier.slowed[1]
+        if slowed:
+            self.limit_counts[SLOWED_ORIGINS] = slowed
 
     def _retry(self, request: FetchRequest, failure: FetchError) -> FetchRequest | None:
         """The next try of a network error while the URL has tries left (logged), or None."""

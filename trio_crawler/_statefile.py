@@ -236,7 +236,7 @@ class StateFile:
     def origins(self) -> list[OriginNote]:
         """Every origin whose robots.txt or waits were kept."""
         rows = self._db.execute(
-            "SELECT origin, robots, rules, failure, delay, wait_until FROM origins"
+            "SELECT origin, robots, rules, failure, delay, wait_until, robots_at, pace FROM origins"
         )
         return [OriginNote(*row) for row in rows]
 
@@ -405,7 +405,7 @@ class StateFile:
                 )
             if batch.origins:
                 db.executemany(
-                    "INSERT OR REPLACE INTO origins VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO origins VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [dataclasses.astuple(note) for note in batch.origins],
                 )
             if batch.marks:

@@ -28,7 +28,7 @@ from ._stats import FetchStatistic
 
 # Identifies the file as ours ("TCrw") and its layout; another SQLite file is refused.
 APPLICATION_ID = 0x54437277
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # URL states in the file.
 QUEUED, DONE, DISALLOWED = 0, 1, 2
@@ -63,7 +63,9 @@ CREATE TABLE origins (
     rules TEXT,
     failure TEXT,
     delay REAL,
-    wait_until REAL
+    wait_until REAL,
+    robots_at REAL,
+    pace TEXT
 ) WITHOUT ROWID;
 CREATE TABLE outputs (
     path TEXT NOT NULL,
@@ -77,7 +79,9 @@ CREATE TABLE outputs (
 
 @dataclass(frozen=True, slots=True)
 class OriginNote:
-    """An origin's state, to keep: robots.txt rules or failure, delay, Retry-After.
+    """An origin's state, to keep: robots.txt rules or failure, delay, Retry-After, when
+    its robots.txt was decided (a time of day) and its learnt pace (``gap window
+    ceiling``, see :mod:`trio_crawler._pace`; None while it never pushed back).
 
     A row of the ``origins`` table, column for column (it is written and read as a tuple).
     ``delay`` is the origin's own (its ``Crawl-delay``), never a run's ``--delay``, which
@@ -91,6 +95,8 @@ class OriginNote:
     failure: str | None
     delay: float | None
     wait_until: float | None
+    robots_at: float | None = None
+    pace: str | None = None
 
 
 def record_from_line(line: object) -> FetchStatistic | None:

@@ -53,10 +53,12 @@ class MemoryFrontier:
 
     output_mode = OutputMode.NEW
 
-    def __init__(self, *, delay: float, obey_robots: bool, max_per_host: int | None) -> None:
+    def __init__(
+        self, *, delay: float, obey_robots: bool, max_per_host: int | None, adapt: bool = True
+    ) -> None:
         self.seen: set[str] = set()
         self.scheduler = OriginScheduler(
-            delay=delay, obey_robots=obey_robots, max_per_host=max_per_host
+            delay=delay, obey_robots=obey_robots, max_per_host=max_per_host, adapt=adapt
         )
 
     # -- counts --------------------------------------------------------------------------
@@ -160,6 +162,15 @@ class MemoryFrontier:
 
     def started(self, request: FetchRequest, *, now: float) -> None:
         self.scheduler.started(request, now=now)
+
+    def answered(
+        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+    ) -> None:
+        self.scheduler.answered(request, pushback=pushback, started=started, now=now)
+
+    @property
+    def slowed(self) -> tuple[int, int]:
+        return self.scheduler.slowed
 
     def retry(self, request: FetchRequest) -> bool:
         return self.scheduler.retry(request)

@@ -11,8 +11,7 @@ no delay or host limit of its own: the server applies those for every process at
 This module is the window: what the process holds, and what it has still to tell the
 server. It talks to the server through a :class:`~trio_crawler._cluster_session.ClusterSession`
 (the connection, the clock, joining, the calls and their retries, listening,
-renewing), and writes
-and reads its operations with :mod:`~trio_crawler._cluster_ops`.
+renewing), and writes and reads its operations with :mod:`~trio_crawler._cluster_ops`.
 
 Every change a process makes is an operation in a list; :meth:`RedisFrontier.flush` sends
 the list as one script call (one round trip for the links of many pages, their
@@ -41,10 +40,9 @@ leases no new URL once the budget is spent. A process whose window is then empty
 the core's ``take`` with ``OUT_OF_BUDGET`` (its report says ``max-pages``) once no URL the
 budget counted is left undone elsewhere: a process that dies leaves its URLs to the others.
 
-Time. Leases and per-host delays are compared on the server, by its clock (``TIME`` in the
-scripts): processes on different machines have clocks that differ, and the server's is the
-one they share. This store reads no clock of its own: the give-up deadline of a lost
-server and the idle wake-ups are timed on the engine's clock, from the session's runtime.
+Time. Leases, per-host delays and paces are compared on the server's clock, which every
+process sends its engine's clock on the scale of (lua/prelude.lua); the give-up deadline of
+a lost server and the idle wake-ups are timed on the engine's clock.
 """
 
 from __future__ import annotations
@@ -60,6 +58,7 @@ import anyio
 from ._cluster_ops import (
     MAKES_WORK,
     Operation,
+    SharedPace,
     back_operation,
     done_operation,
     give_back_operations,
@@ -103,13 +102,9 @@ _Waiting = tuple[Completion, "Callable[[Completion, Settled], object]", int, int
 
 
 class RedisFrontier:
-    """The window of a shared crawl that this process works on (see the module docstring).
-
-    Args:
-        config: The crawl's options: ``frontier``, ``crawl_id`` and ``lease`` say where
-            and how; ``delay``, ``max_per_host`` and ``obey_robots`` are kept on the server
-            by the process that creates the crawl.
-    """
+    """The window of a shared crawl that this process works on (see the module docstring),
+    for ``config``'s ``frontier``, ``crawl_id`` and ``lease``; ``delay``, ``max_per_host``
+    and ``obey_robots`` are kept on the server by the process that creates the crawl."""
 
     output_mode = OutputMode.APPEND
 
@@ -141,6 +136,7 @@ class RedisFrontier:
         self._robots_tickets: deque[str] = deque()
         self._delays: dict[str, float] = {}
         self._starting: set[str] = set()
+        self._pace = SharedPace(adapt=config.adapt)
         self._closed = False
 
     @property
@@ -242,9 +238,9 @@ class RedisFrontier:
         taken = self.scheduler.take(now=now, start_new=start_new)
         if isinstance(taken, Disallowed):
             self._leave(taken.request, {"k": "drop"})
-        if taken is None and self._out_of_budget():
-            return OUT_OF_BUDGET
-        return taken
+        elif isinstance(taken, FetchRequest):  # leased ahead: spaced by the server's gap
+            self._pace.space(self.scheduler, taken.url, now)
+        return OUT_OF_BUDGET if taken is None and self._out_of_budget() else taken
 
     def _out_of_budget(self) -> bool:
         """Whether the crawl's ``--max-pages`` budget, kept on the server, is spent and
@@ -273,9 +269,22 @@ class RedisFrontier:
                 assert self._runtime is not None
                 self._runtime.on_lost(exc)
 
+    def answered(
+        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+    ) -> None:
+        wall = self.link.runtime.wall_time(started)
+        op = self._pace.operation(origin_of(request.url), pushback, now - started, wall)
+        if op is not None:
+            self._ops.append(op)
+
+    @property
+    def slowed(self) -> tuple[int, int]:
+        return self.shared.slowed_now, self.shared.slowed_ever
+
     def retry(self, request: FetchRequest) -> bool:
-        """A retry waits its turn on a host with a delay; elsewhere it is made at once."""
-        if request.robots or self._delay_of(origin_of(request.url)) <= 0:
+        """A retry waits its turn on a host with a delay or a pace; else it goes at once."""
+        key = "" if request.robots else origin_of(request.url)
+        if not key or (self._delay_of(key) <= 0 and key not in self._pace.paced):
             return self.scheduler.retry(request)
         self._back(request, wait=0.0)
         return False
@@ -377,19 +386,16 @@ class RedisFrontier:
                 await self._flush(starved=False, group=GROUP_WINDOW)
 
     async def sync(self) -> None:
-        """Send what waits, and return only once it was sent (a flush under way counts
-        once it ends: it takes whatever was added meanwhile)."""
+        """Send what waits; return once it was sent (or a flush under way, which takes it,
+        ended)."""
         while self._flushing:
             assert self._flushed is not None
             await self._flushed.wait()
         await self._flush(starved=False, group=0.0)
 
     async def flush(self, *, starved: bool = False) -> None:
-        """Send the waiting changes, a call at a time, until none wait (and lease work).
-
-        Raises:
-            FrontierLost: The server could not be reached for ``lease`` seconds.
-        """
+        """Send the waiting changes a call at a time until none wait, leasing work
+        (FrontierLost: the server could not be reached for ``lease`` seconds)."""
         await self._flush(starved=starved, group=0.0)
 
     async def _flush(self, *, starved: bool, group: float) -> None:
@@ -449,11 +455,13 @@ class RedisFrontier:
     ) -> None:
         """Apply the server's answer to ``ops`` (None when there was nothing to send)."""
         results: list[Any] = [] if answer is None else answer["r"]
-        for op in ops:
+        for index, op in enumerate(ops):
             if op["k"] == "started":
                 self._starting.discard(op["u"])
             elif op["k"] == "done":
                 self._unsettled.discard(op["u"])
+            elif op["k"] == "pace" and index < len(results):
+                self._pace.learn(op, results[index])
         for completion, then, first, last in waiting:
             settled = settled_from(ops[first:last], results[first:last])
             request = completion.request
@@ -531,13 +539,11 @@ class RedisFrontier:
         """Nothing to reconcile: each process appends its own exchanges."""
 
     def report_notes(self) -> list[str]:
-        """One line for where the whole shared crawl is: each process reports its own
-        records."""
+        """One line for the whole shared crawl: each process reports its own records."""
         return [self.link.note()]
 
     def _delay_of(self, key: str) -> float:
-        """Origin ``key``'s delay, as the server keeps it: its Crawl-delay, or the
-        crawl's ``--delay``."""
+        """Origin ``key``'s delay as the server keeps it: Crawl-delay, or ``--delay``."""
         return self._delays.get(key, self.link.base_delay)
 
     def _now(self) -> float:
@@ -552,11 +558,8 @@ class RedisFrontier:
 
     @asynccontextmanager
     async def session(self, runtime: StoreRuntime) -> AsyncIterator[None]:
-        """Join the shared crawl for the length of a ``crawl()``.
-
-        Raises:
-            ClusterError: No server answers, or it holds another crawl under this name.
-        """
+        """Join the shared crawl for the length of a ``crawl()`` (ClusterError: no server
+        answers, or it holds another crawl under this name)."""
         self._runtime = runtime
         self._scheduling = runtime.scheduling
         self._flushed = anyio.Event()

@@ -53,6 +53,7 @@ from ._frontier import (
     Settled,
     Taken,
 )
+from ._pace import Pace
 from ._robots import RobotsRules, origin_of
 from ._scheduler import OriginScheduler
 from ._statefile import Batch, Committed, StateFile
@@ -108,6 +109,7 @@ def open_state_store(config: CrawlConfig) -> StoredFrontier:
             delay=config.delay,
             obey_robots=config.obey_robots,
             max_per_host=config.max_per_host,
+            adapt=config.adapt,
         )
     except BaseException:
         state_file.close()
@@ -132,10 +134,11 @@ class StoredFrontier:
         delay: float,
         obey_robots: bool,
         max_per_host: int | None,
+        adapt: bool = True,
     ) -> None:
         self.file = state_file
         self.scheduler = OriginScheduler(
-            delay=delay, obey_robots=obey_robots, max_per_host=max_per_host
+            delay=delay, obey_robots=obey_robots, max_per_host=max_per_host, adapt=adapt
         )
         self._unloaded, self._known = state_file.counts()
         self._cursor = 0  # the last row id loaded into the window
@@ -156,6 +159,8 @@ class StoredFrontier:
         # Retry-After waits the last run kept, as times of day, until a runtime converts
         # them to this run's clock.
         self._restored_waits: dict[str, float] = {}
+        # And when their robots.txt was decided, also as times of day.
+        self._restored_robots: dict[str, float] = {}
         self._restore_origins()
 
     # -- counts: the file's queue, the window's flights -----------------------------------
@@ -214,6 +219,9 @@ class StoredFrontier:
             for key, wait_until in self._restored_waits.items():
                 self.scheduler.hold_origin(key, not_before=now + max(0.0, wait_until - wall_now))
             self._restored_waits.clear()
+            for key, at in self._restored_robots.items():
+                self.scheduler.robots_time(key, now - max(0.0, wall_now - at))
+            self._restored_robots.clear()
         taken = self.scheduler.take(now=now, start_new=start_new)
         if isinstance(taken, Disallowed):
             self._batch.disallowed.append(taken.request.url)
@@ -224,6 +232,16 @@ class StoredFrontier:
 
     def started(self, request: FetchRequest, *, now: float) -> None:
         self.scheduler.started(request, now=now)
+
+    def answered(
+        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+    ) -> None:
+        if self.scheduler.answered(request, pushback=pushback, started=started, now=now):
+            self._note_origin(self._origin_key(request))
+
+    @property
+    def slowed(self) -> tuple[int, int]:
+        return self.scheduler.slowed
 
     def retry(self, request: FetchRequest) -> bool:
         return self.scheduler.retry(request)
@@ -504,6 +522,9 @@ class StoredFrontier:
 
     def _note_origin(self, key: str, wait_until: float | None = None) -> None:
         state = self.scheduler.origin_state(key)
+        runtime = self._runtime
+        at = self.scheduler.robots_time(key)
+        pace = self.scheduler.pace_of(key)
         self._batch.origins.append(
             OriginNote(
                 key,
@@ -512,6 +533,8 @@ class StoredFrontier:
                 state.failure,
                 _own_delay(state.rules),
                 wait_until,
+                None if at is None or runtime is None else runtime.wall_time(at),
+                None if pace is None or not pace.slowed else pace.kept(),
             )
         )
 
@@ -525,6 +548,8 @@ class StoredFrontier:
         for note in self.file.origins():
             if note.wait_until is not None:
                 self._restored_waits[note.origin] = note.wait_until
+            if isinstance(note.robots_at, float):
+                self._restored_robots[note.origin] = note.robots_at
             try:
                 state = RobotsState(note.robots)
             except ValueError:
@@ -542,6 +567,11 @@ class StoredFrontier:
                     failure=note.failure or "robots.txt failed",
                     delay=None,
                 )
+            else:
+                continue
+            kept = Pace.read_kept(note.pace)
+            if kept is not None:
+                self.scheduler.restore_pace(note.origin, *kept)
 
 
 def _own_delay(rules: RobotsRules | None) -> float | None:

@@ -45,7 +45,10 @@ def open_store(config: CrawlConfig) -> Store:
     from ._store_memory import MemoryFrontier
 
     return MemoryFrontier(
-        delay=config.delay, obey_robots=config.obey_robots, max_per_host=config.max_per_host
+        delay=config.delay,
+        obey_robots=config.obey_robots,
+        max_per_host=config.max_per_host,
+        adapt=config.adapt,
     )
 
 

@@ -41,7 +41,12 @@
 --                          rt (rules text: "allow", "deny" or the file),
 --                          rf (failure), dl (delay), nx (when the next request
 --                          may start), fl (leased), us (a URL leased and not
---                          started yet, with a delay), qn (queued)
+--                          started yet, with a delay), qn (queued), ra (when
+--                          robots.txt was decided), and the pace (step.lua's
+--                          pace_answer): pg (gap), pw (window), pc, pk, pt,
+--                          pe, pn, pi, pl, ps, pm, pr
+--   P paced       set      origins whose pace limits them now ('slowed' in
+--                          meta counts the origins it ever limited)
 --   P ready       zset     origins with queued work and nothing in their way, by nx
 --   P leases      zset     lease -> deadline; a lease is a URL, or "r ORIGIN" for
 --                          robots.txt
@@ -77,6 +82,7 @@ local IDLE = P .. 'idle'
 local STARTED = P .. 'started'
 local OWNERS = P .. 'owners'
 local EVENTS = P .. 'events'
+local PACED = P .. 'paced'
 local woke = false
 -- The number of the step call running (set by step.lua), sent with "work" so that a
 -- process can tell a message its own later call already answered for.
@@ -102,11 +108,20 @@ local function origin_new(o)
   end
 end
 
+-- The most leases origin o may have out: --max-per-host, or its pace's window
+-- when that is lower (pw, 0 or absent: none); nil for no limit.
+local function limit_of(pw)
+  pw = tonumber(pw) or 0
+  if pw > 0 and (not mph or pw < mph) then return pw end
+  return mph
+end
+
 -- Put an origin in the ready set if it has queued work and nothing in its way.
 local function make_ready(o)
-  local h = redis.call('HMGET', okey(o), 'rb', 'qn', 'fl', 'us', 'nx')
+  local h = redis.call('HMGET', okey(o), 'rb', 'qn', 'fl', 'us', 'nx', 'pw')
   local qn, fl = tonumber(h[2]) or 0, tonumber(h[3]) or 0
-  if qn <= 0 or h[1] == 'f' or (h[4] and h[4] ~= '') or (mph and fl >= mph) then
+  local most = limit_of(h[6])
+  if qn <= 0 or h[1] == 'f' or (h[4] and h[4] ~= '') or (most and fl >= most) then
     redis.call('ZREM', READY, o)
     return
   end
@@ -256,10 +271,11 @@ local function orphans()
   return count, latest, suspect
 end
 
--- The counts every script answers with:
--- {queued, leased, done, failed, finished (1/0), seen}.
+-- The counts every script answers with: {queued, leased, done, failed,
+-- finished (1/0), seen, origins slowed now, origins slowed ever}.
 local function counts()
-  local m = redis.call('HMGET', META, 'queued', 'leased', 'done', 'failed', 'fin')
+  local m = redis.call('HMGET', META, 'queued', 'leased', 'done', 'failed', 'fin', 'slowed')
   return {tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), tonumber(m[4]),
-    m[5] == '1' and 1 or 0, redis.call('HLEN', URLS)}
+    m[5] == '1' and 1 or 0, redis.call('HLEN', URLS), redis.call('SCARD', PACED),
+    tonumber(m[6]) or 0}
 end

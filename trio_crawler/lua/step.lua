@@ -25,6 +25,10 @@
 --   rback   o: a robots.txt lease given back unfetched -> 1 if the caller held it
 --   started u: the request went out: its origin's delay runs from now
 --           -> 1 if the caller held it
+--   pace    o, s (p: pushback, o: a prompt answer, w: a slow one), t (when the
+--           attempt started): the origin's pace learns from an answer (see
+--           pace_answer) -> the origin's gap if its pace limits it now (at
+--           least 1e-6: a window alone), else 0
 --   renew   u (leases): their deadlines move to now + lease seconds
 --           -> how many the caller held
 --   lease   n: up to n more requests -> 0 (what was leased is in "l"); with
@@ -98,6 +102,9 @@ local SHAPES = {
   end,
   rback = function(op) return text(op.o) end,
   started = function(op) return text(op.u) end,
+  pace = function(op)
+    return text(op.o) and (op.s == 'p' or op.s == 'o' or op.s == 'w') and number(op.t)
+  end,
   renew = function(op) return texts(op.u) end,
   lease = function(op) return number(op.n) end,
 }
@@ -121,6 +128,104 @@ local function mine(member)
   return nil
 end
 
+-- The pace: trio_crawler/_pace.py's control law, constant for constant and
+-- step for step (that module's docstring and docs/manners.md say why it is
+-- stable); here so that every process of the crawl slows an origin together.
+local GAP_FLOOR, GAP_CAP, BETA, RECOVERY = 0.001, 60.0, 0.7, 4.0
+local CUBE = (1 - BETA) / RECOVERY ^ 3
+local OPEN_WINDOW = 64
+local PACE = {'pg', 'pw', 'pc', 'pk', 'pt', 'pe', 'pn', 'pi', 'pl', 'ps', 'pm', 'pr'}
+
+-- The seconds between two starts in force at origin hash k: its delay or its gap.
+local function spacing_of(dl, pg)
+  dl, pg = tonumber(dl) or 0, tonumber(pg) or 0
+  return math.max(dl, pg)
+end
+
+-- A request to origin o starts now (Pace.started).
+local function pace_started(o)
+  local k = okey(o)
+  local h = redis.call('HMGET', k, 'pt', 'pe', 'pi', 'pl')
+  local cut, epoch, interval, last = tonumber(h[1]) or -1, tonumber(h[2]) or -1,
+    tonumber(h[3]) or 0, tonumber(h[4]) or -1
+  if epoch < 0 then redis.call('HSET', k, 'pe', now) end
+  if last >= 0 and now > last and interval > 0 then
+    interval = interval + 0.125 * (now - last - interval)
+  elseif last >= 0 and now > last then
+    interval = now - last
+  end
+  redis.call('HSET', k, 'pi', interval, 'pl', now)
+end
+
+-- Origin o's pace takes an answer s to an attempt that started at t
+-- (Pace.answered); returns its gap if the pace limits it now (at least 1e-6:
+-- a window alone), else 0.
+local function pace_answer(o, s, t)
+  local k = okey(o)
+  local h = redis.call('HMGET', k, 'pg', 'pw', 'pc', 'pk', 'pt', 'pe', 'pn', 'pi', 'pl',
+    'ps', 'pm', 'pr', 'fl', 'dl')
+  local gap, window, ceiling, knee = tonumber(h[1]) or 0, tonumber(h[2]) or 0,
+    tonumber(h[3]) or 0, tonumber(h[4]) or 0
+  local cut, epoch, prompt, interval = tonumber(h[5]) or -1, tonumber(h[6]) or -1,
+    tonumber(h[7]) or 0, tonumber(h[8]) or 0
+  local slowed, trimmed, credit = h[10] == '1', h[11] == '1', tonumber(h[12]) or 0
+  local fl, dl = tonumber(h[13]) or 0, tonumber(h[14]) or 0
+  local current = t >= cut
+  local first = not slowed
+  if s == 'p' and current then
+    local spacing = gap > 0 and gap or interval
+    local rate = 1 / math.max(spacing, GAP_FLOOR)
+    local span = epoch >= 0 and now - epoch or 0
+    local goodput = rate
+    if span > 0 and prompt > 0 then goodput = prompt / span end
+    local low = math.max(1 / GAP_CAP, math.min(BETA * rate, goodput))
+    ceiling = math.sqrt(rate * math.min(rate, goodput / BETA))
+    knee = (math.max(0, 1 - low / ceiling) / CUBE) ^ (1 / 3)
+    gap = math.min(GAP_CAP, math.max(GAP_FLOOR, 1 / low))
+    window = math.max(1, fl - 1)
+    cut, epoch, prompt, trimmed, credit, slowed = now, now, 0, false, 0, true
+  elseif s == 'p' then
+    if window > 1 then window = window - 1 end
+  elseif current then
+    prompt = prompt + 1
+    if s == 'w' and not trimmed then
+      trimmed, slowed = true, true
+      local others = math.max(fl, 1)
+      window = math.max(1, math.min(window > 0 and window or others, others) - 1)
+    elseif s == 'o' then
+      if gap > 0 then
+        local rate = ceiling * (1 + CUBE * (now - cut - knee) ^ 3)
+        gap = rate > 0 and 1 / rate or GAP_CAP
+        if gap <= math.max(dl, GAP_FLOOR) then gap = 0 end
+      end
+      if window > 0 then
+        credit = credit + 1
+        if credit >= window then
+          credit, window = 0, window + 1
+          if window >= (mph or OPEN_WINDOW) then window = 0 end
+        end
+      end
+    end
+  end
+  redis.call('HSET', k, 'pg', gap, 'pw', window, 'pc', ceiling, 'pk', knee, 'pt', cut,
+    'pe', epoch, 'pn', prompt, 'ps', slowed and '1' or '0', 'pm', trimmed and '1' or '0',
+    'pr', credit)
+  if slowed and first then count('slowed', 1) end
+  local active = slowed and (gap > 0 or window > 0)
+  if active then redis.call('SADD', PACED, o) else redis.call('SREM', PACED, o) end
+  -- A longer gap holds the next start back; a wider window may free the origin.
+  if gap > 0 then
+    local last = tonumber(h[9]) or -1
+    local nx = tonumber(redis.call('HGET', k, 'nx')) or 0
+    if last >= 0 and last + math.max(gap, dl) > nx then
+      redis.call('HSET', k, 'nx', last + math.max(gap, dl))
+    end
+  end
+  make_ready(o)
+  if active then return math.max(gap, 1e-6) end
+  return 0
+end
+
 -- Lease up to n requests from the ready origins, after reclaiming the leases
 -- that ran out: an origin whose robots.txt is unknown gives its robots.txt
 -- first; one with a delay gives one URL, and waits until it is started.
@@ -130,8 +235,13 @@ local function lease(n)
   for _, o in ipairs(origins) do
     if #leased >= n then break end
     local k = okey(o)
-    local h = redis.call('HMGET', k, 'rb', 'qn', 'fl', 'us', 'dl')
-    local rb, qn, fl, us, dl = h[1], tonumber(h[2]), tonumber(h[3]), h[4], tonumber(h[5]) or 0
+    local h = redis.call('HMGET', k, 'rb', 'qn', 'fl', 'us', 'dl', 'pg', 'pw', 'ra')
+    local rb, qn, fl, us = h[1], tonumber(h[2]), tonumber(h[3]), h[4]
+    local dl, most = spacing_of(h[5], h[6]), limit_of(h[7])
+    -- Rules older than a day are asked for again (RFC 9309 section 2.4).
+    if obey and (rb == 'k' or rb == 'x') and now - (tonumber(h[8]) or now) >= 86400 then
+      rb = 'u'
+    end
     -- Held back by a spent budget, with nothing changed: the origin is left as
     -- it is (make_ready would say it is ready, and wake the idle processes for
     -- nothing, each of whose leases would wake the others).
@@ -148,7 +258,7 @@ local function lease(n)
       leased[#leased + 1] = {'r', o}
     elseif rb == 'k' or rb == 'x' then
       local nx = nil
-      while #leased < n and qn > 0 and us == '' and (not mph or fl < mph) do
+      while #leased < n and qn > 0 and us == '' and (not most or fl < most) do
         local e = redis.call('LPOP', qkey(o))
         if not e then
           -- The queue ran dry while qn says more: the count had drifted.
@@ -276,7 +386,7 @@ for i, op in ipairs(ops) do
       if k == 'rback' then
         redis.call('HSET', ok, 'rb', 'u')
       else
-        redis.call('HSET', ok, 'rb', op.st, 'rt', op.rt or '', 'rf', op.rf or '')
+        redis.call('HSET', ok, 'rb', op.st, 'rt', op.rt or '', 'rf', op.rf or '', 'ra', now)
         if op.dl then
           local nx = tonumber(redis.call('HGET', ok, 'nx')) or 0
           redis.call('HSET', ok, 'dl', op.dl, 'nx', math.max(nx, now + op.dl))
@@ -289,12 +399,15 @@ for i, op in ipairs(ops) do
     local o = mine(op.u)
     if o then
       clear_unstarted(o, op.u)
-      local h = redis.call('HMGET', okey(o), 'nx', 'dl')
-      local nx, dl = tonumber(h[1]) or 0, tonumber(h[2]) or 0
+      local h = redis.call('HMGET', okey(o), 'nx', 'dl', 'pg')
+      local nx, dl = tonumber(h[1]) or 0, spacing_of(h[2], h[3])
       redis.call('HSET', okey(o), 'nx', math.max(nx, now + dl))
+      pace_started(o)
       make_ready(o)
       result = 1
     end
+  elseif k == 'pace' then
+    result = pace_answer(op.o, op.s, op.t)
   elseif k == 'renew' then
     for _, member in ipairs(op.u) do
       if mine(member) then

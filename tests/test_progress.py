@@ -51,3 +51,9 @@ def test_leases_of_no_live_process_say_until_when() -> None:
     assert "no live process" not in line(
         CrawlCounts(queued=0, in_flight=0, leased_elsewhere=17, done=5, seen=22)
     )
+
+
+def test_origins_slowed_by_their_pace_are_counted_only_when_there_are_some() -> None:
+    assert "slowed" not in line(CrawlCounts(queued=1, in_flight=1, done=1, seen=3))
+    drawn = line(CrawlCounts(queued=1, in_flight=1, done=1, seen=3, slowed=2))
+    assert "0 error  0 fail  2 slowed  " in drawn

@@ -106,5 +106,9 @@ class ProgressDisplay:
         text.append(" error  ")
         text.append(f"{stats.fail}", style="bold red" if stats.fail else "bold")
         text.append(" fail  ")
+        if stats.slowed:
+            # Origins whose learnt pace holds them below --delay and --max-per-host now.
+            text.append(f"{stats.slowed}", style="bold yellow")
+            text.append(" slowed  ")
         text.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
         return text

@@ -291,3 +291,27 @@ def test_standalone_server_prints_its_roots_and_writes_its_log_on_sigterm(
     assert run.hosts == [root.removeprefix("http://").rstrip("/") for root in roots]
     assert [(e.status, e.retry_after) for e in run.log] == [(200, None), (429, 100)]
     assert run.metrics().pages_ok == {run.hosts[0]: 1, run.hosts[1]: 0}
+
+
+def test_benchmark_measures_one_command_against_a_fresh_server() -> None:
+    """The benchmark's entry point for acceptance tests: roots in, metrics and cost out."""
+    from benchmarks.bench_pushback import measure_command, missed_targets
+
+    fetch_roots = (
+        "import sys, urllib.request\n"
+        "for root in sys.argv[1:]:\n"
+        "    urllib.request.urlopen(root, timeout=30).read()\n"
+    )
+    options = PushbackOptions(hosts=2, pages=3, rate=1, base_latency=0, latency_per_request=0)
+
+    result = measure_command(
+        lambda roots: [sys.executable, "-c", fetch_roots, *roots], options, timeout=HANG_LIMIT
+    )
+
+    assert [root.split(":")[1] for root in result.roots] == ["//127.0.0.2", "//127.0.0.3"]
+    assert (result.returncode, result.timed_out) == (0, False)
+    assert result.metrics.pages_ok == dict.fromkeys(result.run.hosts, 1)
+    assert result.metrics.requests == 2
+    assert result.wall_s > 0
+    assert result.cpu_s > 0
+    assert missed_targets(result) == ["not every page 200"]  # 3 s of bound: quick enough

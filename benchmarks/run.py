@@ -1,6 +1,6 @@
 """Every benchmark, one command: the tables printed, and saved under benchmarks/results/.
 
-Six parts, run in the order ``--only`` names them (all six by default):
+Seven parts, run in the order ``--only`` names them (all seven by default):
 
 * ``synthetic``: our four engines, Scrapy and wget crawl the synthetic site, and
   ``floor.py`` measures what the libraries alone cost (``bench_engines.py``).
@@ -17,6 +17,9 @@ Six parts, run in the order ``--only`` names them (all six by default):
   same crawl in memory on the synthetic site, and the slow server crawled by 1, 2 and 4
   processes sharing one crawl, with Redis's round trips and CPU per page
   (``bench_cluster.py``; it starts its own ``redis-server``).
+* ``pushback``: servers that push back (429, 503, ``Retry-After``, an in-flight cap),
+  crawled by our CLI with and without ``--no-adapt``, Scrapy with and without AutoThrottle
+  and Crawlee; its numbers never fail the run (``bench_pushback.py``).
 
 The markdown goes to stdout at the end and, section by section as each part finishes, to
 ``benchmarks/results/<name>.md`` (``--out NAME``; by default a name with the date and
@@ -27,7 +30,7 @@ check failed (a tool that did not find every page, a crawl that failed), after w
 Set up once with ``bash benchmarks/setup.sh``, then, from the repository root::
 
     .venv/bin/python benchmarks/run.py [--pages 10000] [--rounds 3]
-        [--only synthetic,docs,slow,state,durable,cluster] [--out results.md]
+        [--only synthetic,docs,slow,state,durable,cluster,pushback] [--out results.md]
 
 Defaults took 33 minutes on the 2-CPU machine (see README.md for a smoke run).
 """
@@ -48,12 +51,12 @@ if __package__ in (None, ""):
     # Run as a script: make the `benchmarks` folder importable as a package.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_cluster, bench_engines, bench_slow
+from benchmarks import bench_cluster, bench_engines, bench_pushback, bench_slow
 from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_environment
 from benchmarks.measure import GNU_TIME, parts_argument, run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
-PARTS = ("synthetic", "docs", "slow", "state", "durable", "cluster")
+PARTS = ("synthetic", "docs", "slow", "state", "durable", "cluster", "pushback")
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_STATE = Path(__file__).resolve().parent / "bench_state.py"
 BENCH_DURABLE = Path(__file__).resolve().parent / "bench_durable.py"
@@ -123,6 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     state = parser.add_argument_group("state")
     state.add_argument("--state-urls", type=int, default=1_000_000)
+    pushback = parser.add_argument_group("pushback (also --no-scrapy)")
+    defaults = bench_pushback.PushbackOptions()
+    pushback.add_argument("--pushback-hosts", type=int, default=defaults.hosts)
+    pushback.add_argument("--pushback-pages", type=int, default=defaults.pages, help="per host")
+    pushback.add_argument(
+        "--pushback-rate", type=float, default=defaults.rate, help="requests/s per host"
+    )
+    pushback.add_argument("--pushback-burst", type=int, default=defaults.burst)
+    pushback.add_argument(
+        "--pushback-cap", type=int, default=defaults.cap, help="in flight per host"
+    )
     return parser
 
 
@@ -168,6 +182,16 @@ def run_part(
         argv += ["--snapshot", str(package_path), "--json-out", str(json_out)]
         argv += ["--our-python", our_python[0]] if our_python else []
         return bench_cluster.run(bench_cluster.build_parser().parse_args(argv))
+    if part == "pushback":
+        argv = ["--hosts", str(args.pushback_hosts), "--pages", str(args.pushback_pages)]
+        argv += ["--rate", str(args.pushback_rate), "--burst", str(args.pushback_burst)]
+        argv += ["--cap", str(args.pushback_cap)]
+        argv += ["--snapshot", str(package_path), "--json-out", str(json_out)]
+        argv += ["--python", args.our_python[0][1]] if args.our_python else []
+        tools = [t for t in bench_pushback.TOOLS if not (args.no_scrapy and "scrapy" in t)]
+        argv += ["--tools", ",".join(tools)]
+        # Its numbers are for reading: it passes whatever they are (bench_pushback.py).
+        return bench_pushback.run(bench_pushback.build_parser().parse_args(argv))
     if part == "durable":
         argv = ["--pages", str(args.pages), "--rounds", str(args.rounds)]
         return run_state(

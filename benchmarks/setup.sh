@@ -13,16 +13,20 @@
 #     its Twisted and lxml never meet the project's environment. The name is chosen so
 #     that nothing needs configuring: the project's .gitignore has `.venv/`, which
 #     matches at any depth, and ruff skips directories named .venv by default.
+#   * Crawlee for Python (with its Parsel parser), beside Scrapy in the same venv: the
+#     second peer of bench_pushback.py, the crawler of the Apify ecosystem, on asyncio.
 #
 # Usage, from anywhere:  bash benchmarks/setup.sh
 # Environment: PYTHON (the interpreter that makes the venv, default python3),
-#              PEERS_VENV (default benchmarks/.venv), SCRAPY (pip spec, default scrapy>=2.13).
+#              PEERS_VENV (default benchmarks/.venv), SCRAPY (pip spec, default scrapy>=2.13),
+#              CRAWLEE (pip spec, default crawlee[parsel]>=1.0).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 python="${PYTHON:-python3}"
 peers_venv="${PEERS_VENV:-$here/.venv}"
 scrapy_spec="${SCRAPY:-scrapy>=2.13}"
+crawlee_spec="${CRAWLEE:-crawlee[parsel]>=1.0}"
 started=$(date +%s)
 
 # Debian packages: install only what is missing, so a second run touches nothing.
@@ -57,4 +61,9 @@ if ! "$peers_venv/bin/python" -c "import aiohttp, selectolax" 2>/dev/null; then
     "$peers_venv/bin/python" -m pip install --quiet aiohttp selectolax
 fi
 "$peers_venv/bin/python" -c "import aiohttp; print('setup: aiohttp', aiohttp.__version__)"
+# Crawlee for Python, for bench_pushback.py; its Parsel parser is one Scrapy already brings.
+if ! "$peers_venv/bin/python" -c "import crawlee.crawlers, parsel" 2>/dev/null; then
+    "$peers_venv/bin/python" -m pip install --quiet "$crawlee_spec"
+fi
+"$peers_venv/bin/python" -c "import crawlee; print('setup: Crawlee', crawlee.__version__)"
 echo "setup: done in $(($(date +%s) - started)) s"

@@ -83,9 +83,17 @@ class TestServer:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, port: int, routes: Mapping[str, Handler], *, scheme: str = "http") -> None:
+    def __init__(
+        self,
+        port: int,
+        routes: Mapping[str, Handler],
+        *,
+        scheme: str = "http",
+        host: str = "127.0.0.1",
+    ) -> None:
         self.port = port
         self.scheme = scheme
+        self.host = host
         self.routes: dict[str, Handler] = dict(routes)
         self.requests: list[str] = []  # targets in the order requests arrived
         self.hits: collections.Counter[str] = collections.Counter()
@@ -96,7 +104,7 @@ class TestServer:
         self._drops_left: collections.Counter[str] = collections.Counter()
 
     def url(self, target: str = "/") -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}{target}"
+        return f"{self.scheme}://{self.host}:{self.port}{target}"
 
     def route(self, target: str, handler: Handler) -> None:
         self.routes[target] = handler
@@ -181,9 +189,15 @@ async def _send(
 
 @asynccontextmanager
 async def open_test_server(
-    routes: Mapping[str, Handler] | None = None, *, ssl_context: ssl.SSLContext | None = None
+    routes: Mapping[str, Handler] | None = None,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    host: str = "127.0.0.1",
 ) -> AsyncIterator[TestServer]:
-    """Serve on 127.0.0.1:0 in a task group of its own; HTTPS with ``ssl_context``.
+    """Serve on ``host``, port 0, in a task group of its own; HTTPS with ``ssl_context``.
+
+    ``host`` is a loopback address: Linux routes all of 127.0.0.0/8 to ``lo``, so servers
+    on 127.0.0.2, 127.0.0.3, ... are distinct hosts to a crawler without any DNS.
 
     On exit, stop serving and close every connection, cancelling any handler still
     running (one that sleeps forever, say). An exception from the body of the ``async
@@ -191,7 +205,7 @@ async def open_test_server(
     so ``pytest.raises`` around the block works; cancellation and any failure of the
     server's own tasks (a bug here) propagate as the task group raises them.
     """
-    tcp = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    tcp = await anyio.create_tcp_listener(local_host=host, local_port=0)
     port = tcp.extra(anyio.abc.SocketAttribute.local_port)
     listener: anyio.abc.Listener[anyio.abc.ByteStream] = tcp
     if ssl_context is not None:
@@ -200,7 +214,8 @@ async def open_test_server(
         listener = anyio.streams.tls.TLSListener(tcp, ssl_context, standard_compatible=False)
     body_error: Exception | None = None
     async with listener, anyio.create_task_group() as task_group:
-        server = TestServer(port, routes or {}, scheme="http" if ssl_context is None else "https")
+        scheme = "http" if ssl_context is None else "https"
+        server = TestServer(port, routes or {}, scheme=scheme, host=host)
         task_group.start_soon(listener.serve, server._serve_connection, task_group)
         try:
             yield server

@@ -204,14 +204,18 @@ class SharedPace:
     """What one process of a shared crawl keeps of the origins' paces, which the server
     keeps and changes (lua/step.lua's ``pace_answer``, the law of
     :mod:`trio_crawler._pace`): each origin's fastest answer, to tell a slow one, and the
-    origins the server said their pace limits now. A prompt answer is sent only for
-    those: only then can it change a pace, and a crawl that meets no pushback sends none.
+    server's last word on each origin's pace. A prompt answer is sent only while the
+    pace may change on it: until the server first answers for the origin (it starts in
+    slow start) and while the pace limits it; a crawl that meets no pushback stops
+    sending them once each origin's window opens.
     """
 
     def __init__(self, *, adapt: bool) -> None:
         self.adapt = adapt
         self._local: dict[str, Pace] = {}
-        self.paced: dict[str, float] = {}  # origin -> the server's gap (0: a window only)
+        # Origin -> the server's last answer: its gap, PACE_ONLY_WINDOW for a window
+        # alone, 0 for no limit; absent until the server first answers.
+        self.paced: dict[str, float] = {}
 
     def operation(
         self, origin: str, pushback: bool, elapsed: float, started: float
@@ -224,23 +228,23 @@ class SharedPace:
         if local is None:
             local = self._local[origin] = Pace(window=0)
         signal = PaceSignal.PUSHBACK if pushback else local.classify(elapsed)
-        if signal is PaceSignal.PROMPT and origin not in self.paced:
+        if signal is PaceSignal.PROMPT and self.paced.get(origin, 1.0) == 0:
             return None
         return {"k": "pace", "o": origin, "s": PACE_CODES[signal], "t": started}
 
     def learn(self, op: Operation, result: object) -> None:
         """The server's answer to a pace operation: the origin's gap when its pace limits
         it (a number above 0), else 0."""
-        if isinstance(result, int | float) and result > 0:
-            self.paced[op["o"]] = float(result)
-        else:
-            self.paced.pop(op["o"], None)
+        self.paced[op["o"]] = float(result) if isinstance(result, int | float) else 0.0
+
+    def limits(self, origin: str) -> bool:
+        """Whether the server said the origin's pace sets it a gap."""
+        return self.paced.get(origin, 0.0) > PACE_ONLY_WINDOW
 
     def space(self, scheduler: OriginScheduler, url: str, now: float) -> None:
         """Hold ``url``'s origin in the window for the server's gap after it is handed out:
         the URLs this process leased before the origin was slowed go out at its new pace,
         as those the server leases from then on (one at a time, each after the gap)."""
         key = origin_of(url)
-        gap = self.paced.get(key)
-        if gap is not None and gap > PACE_ONLY_WINDOW:
-            scheduler.hold_origin(key, not_before=now + gap)
+        if self.limits(key):
+            scheduler.hold_origin(key, not_before=now + self.paced[key])

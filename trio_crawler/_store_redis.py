@@ -284,7 +284,7 @@ class RedisFrontier:
     def retry(self, request: FetchRequest) -> bool:
         """A retry waits its turn on a host with a delay or a pace; else it goes at once."""
         key = "" if request.robots else origin_of(request.url)
-        if not key or (self._delay_of(key) <= 0 and key not in self._pace.paced):
+        if not key or (self._delay_of(key) <= 0 and not self._pace.limits(key)):
             return self.scheduler.retry(request)
         self._back(request, wait=0.0)
         return False

@@ -41,9 +41,10 @@ local pages = type(given) == 'table' and tonumber(given.max_pages) or nil
 redis.call('HSET', META, 'v', '1', 'roots', ARGV[3], 'options', ARGV[4], 'obey', ARGV[5],
   'delay', ARGV[6], 'mph', ARGV[7], 'redirects', ARGV[8],
   'queued', 0, 'leased', 0, 'done', 0, 'failed', 0, 'fin', '0', 'created', now,
-  'budget', pages or '', 'started', 0, 'sdone', 0)
+  'budget', pages or '', 'started', 0, 'sdone', 0,
+  'adapt', (type(given) == 'table' and given.adapt == false) and '0' or '1')
 -- The prelude read the settings before they existed: read them again.
-obey, base_delay, mph, budget = settings()
+obey, base_delay, mph, budget, adapt = settings()
 for i = 9, #ARGV, 2 do
   local url, o = ARGV[i], ARGV[i + 1]
   if redis.call('HSETNX', URLS, url, 'q') == 1 then

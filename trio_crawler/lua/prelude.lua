@@ -33,7 +33,8 @@
 --                          obey (1/0), delay, mph (max per host, '' for none),
 --                          redirects, queued, leased, done, failed, fin (1/0),
 --                          created (server time), budget (--max-pages, '' for
---                          none), started, sdone (see 'started')
+--                          none), started, sdone (see 'started'), adapt (1/0:
+--                          whether origins learn a pace; absent: 1), slowed
 --   P urls        hash     url -> q (queued) | l (leased) | d (done): the seen set
 --   P q:ORIGIN    list     queued entries "ATTEMPT DEPTH REDIRECTS SITEMAP URL";
 --                          entries of URLs no longer queued are skipped when popped
@@ -93,18 +94,22 @@ local function qkey(o) return P .. 'q:' .. o end
 
 -- The crawl's settings, as CREATE stored them: obey robots.txt, the delay
 -- between two requests to one origin, the most leases one origin may have out
--- at once (nil: no limit), and the most URLs the crawl starts (nil: no limit).
+-- at once (nil: no limit), the most URLs the crawl starts (nil: no limit), and
+-- whether each origin learns a pace (step.lua's pace_answer).
 local function settings()
-  local m = redis.call('HMGET', META, 'obey', 'delay', 'mph', 'budget')
-  return m[1] == '1', tonumber(m[2]) or 0, tonumber(m[3]), tonumber(m[4])
+  local m = redis.call('HMGET', META, 'obey', 'delay', 'mph', 'budget', 'adapt')
+  return m[1] == '1', tonumber(m[2]) or 0, tonumber(m[3]), tonumber(m[4]), m[5] ~= '0'
 end
-local obey, base_delay, mph, budget = settings()
+local obey, base_delay, mph, budget, adapt = settings()
+-- A new origin's window with a pace: trio_crawler/_pace.py's INITIAL_WINDOW.
+local INITIAL_WINDOW = 4
 
 -- An origin's hash, the first time one of its URLs is queued.
 local function origin_new(o)
   if redis.call('EXISTS', okey(o)) == 0 then
     redis.call('HSET', okey(o), 'rb', obey and 'u' or 'k', 'rt', obey and '' or 'allow',
-      'rf', '', 'dl', base_delay, 'nx', 0, 'fl', 0, 'us', '', 'qn', 0)
+      'rf', '', 'dl', base_delay, 'nx', 0, 'fl', 0, 'us', '', 'qn', 0,
+      'pw', adapt and INITIAL_WINDOW or 0)
   end
 end
 

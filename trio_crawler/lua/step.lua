@@ -27,8 +27,8 @@
 --           -> 1 if the caller held it
 --   pace    o, s (p: pushback, o: a prompt answer, w: a slow one), t (when the
 --           attempt started): the origin's pace learns from an answer (see
---           pace_answer) -> the origin's gap if its pace limits it now (at
---           least 1e-6: a window alone), else 0
+--           pace_answer) -> the origin's gap if its pace sets one, else 1e-6
+--           while it limits the window (slow start included), else 0
 --   renew   u (leases): their deadlines move to now + lease seconds
 --           -> how many the caller held
 --   lease   n: up to n more requests -> 0 (what was leased is in "l"); with
@@ -158,8 +158,8 @@ local function pace_started(o)
 end
 
 -- Origin o's pace takes an answer s to an attempt that started at t
--- (Pace.answered); returns its gap if the pace limits it now (at least 1e-6:
--- a window alone), else 0.
+-- (Pace.answered); returns its gap if the pace sets one, else 1e-6 while it
+-- limits the window (slow start included), else 0.
 local function pace_answer(o, s, t)
   local k = okey(o)
   local h = redis.call('HMGET', k, 'pg', 'pw', 'pc', 'pk', 'pt', 'pe', 'pn', 'pi', 'pl',
@@ -200,7 +200,7 @@ local function pace_answer(o, s, t)
       end
       if window > 0 then
         credit = credit + 1
-        if credit >= window then
+        if not slowed or credit >= window then
           credit, window = 0, window + 1
           if window >= (mph or OPEN_WINDOW) then window = 0 end
         end
@@ -222,7 +222,8 @@ local function pace_answer(o, s, t)
     end
   end
   make_ready(o)
-  if active then return math.max(gap, 1e-6) end
+  if gap > 0 then return gap end
+  if window > 0 then return 1e-6 end
   return 0
 end
 
@@ -407,7 +408,7 @@ for i, op in ipairs(ops) do
       result = 1
     end
   elseif k == 'pace' then
-    result = pace_answer(op.o, op.s, op.t)
+    if adapt then result = pace_answer(op.o, op.s, op.t) end
   elseif k == 'renew' then
     for _, member in ipairs(op.u) do
       if mine(member) then

@@ -16,7 +16,7 @@ import pytest
 from test_state import ORIGIN, make_state, open_origin, redis_server, store, take  # noqa: F401
 
 from trio_crawler._counts import SLOWED_ORIGINS
-from trio_crawler._events import FetchRequest, Response
+from trio_crawler._events import FetchError, FetchRequest, Response
 from trio_crawler._pace import GAP_FLOOR, INITIAL_WINDOW, Pace, PaceSignal
 from trio_crawler._robots import ROBOTS_MAX_AGE, RobotsRules
 
@@ -197,7 +197,7 @@ def test_a_pushback_slows_the_origin_on_every_store() -> None:
     for request in flying[1:]:
         finish(state, request, pages(0), now=1.1)
     assert state.statistics().slowed == 1
-    assert state.limit_counts[SLOWED_ORIGINS] == 1
+    assert state.counters()[SLOWED_ORIGINS] == 1
     # After the Retry-After, one request goes out, and the next only after the gap.
     assert state.next_request(now=2.0) is None
     first = take(state, now=2.1)
@@ -214,7 +214,7 @@ def test_no_adapt_keeps_the_crawls_own_pace() -> None:
     for request in flying[1:]:
         finish(state, request, pages(0), now=1.1)
     assert state.statistics().slowed == 0
-    assert SLOWED_ORIGINS not in state.limit_counts
+    assert SLOWED_ORIGINS not in state.counters()
     take(state, now=2.1)
     assert state.next_request(now=2.1) is not None
 
@@ -234,3 +234,16 @@ def test_robots_txt_is_asked_again_after_a_day_on_every_store() -> None:
 def test_a_robots_txt_answered_429_disallows_everything() -> None:
     assert not RobotsRules.from_response(429, b"").allowed(ORIGIN + "/a")
     assert RobotsRules.from_response(404, b"").allowed(ORIGIN + "/a")
+
+
+def test_a_stopping_crawl_retries_what_is_in_flight_at_once() -> None:
+    """After Ctrl-C the crawl finishes its requests in flight, retries included: a retry
+    that waited its turn in the queue (an origin with a delay, or a learnt gap) would never
+    go out, and a URL the server saw would have no record."""
+    state, _ = make_state(obey_robots=False, delay=1.0, max_tries=2)
+    request = take(state, now=0.0)
+    state.stop_scheduling()
+    refused = FetchError(error="ConnectError: refused", retryable=True)
+    retry = finish(state, request, refused, now=0.1)
+    assert retry is not None
+    assert retry.attempt == 2

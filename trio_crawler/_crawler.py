@@ -232,8 +232,9 @@ class CrawlerBase(abc.ABC):
     @property
     def limit_counts(self) -> dict[str, int]:
         """What the limits kept out of the crawl: links too long or too deep, URLs
-        robots.txt disallowed, 429/503 retries after a wait (zero counts are absent)."""
-        return dict(self.state.limit_counts)
+        robots.txt disallowed, retries after an answer, origins slowed (zero counts are
+        absent)."""
+        return self.state.counters()
 
     def stop(self, grace: float = 0.0) -> None:
         """End the crawl, as Ctrl-C does.

@@ -372,9 +372,9 @@ class Frontier(Protocol):
         """Origins slowed by their pace now, and at any point of the crawl."""
         ...
 
-    def retry(self, request: FetchRequest) -> bool:
+    def retry(self, request: FetchRequest, *, at_once: bool = False) -> bool:
         """A retry of ``request``: True to attempt it at once, False if it was queued again
-        to wait its origin's turn."""
+        to wait its origin's turn (never with ``at_once``: a stopping crawl's retries)."""
         ...
 
     def retry_later(self, request: FetchRequest, *, not_before: float, now: float) -> None:

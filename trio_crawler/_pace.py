@@ -164,6 +164,12 @@ class Pace:
             self.interval += SMOOTHING * (sample - self.interval) if self.interval else sample
         self.last_start = now
 
+    def idle(self, elapsed: float) -> bool:
+        """Whether an answer that took ``elapsed`` seconds, not a pushback, leaves the
+        pace as it is: nothing limits the origin and the answer is not slow (the path
+        of every page of a crawl that meets no pushback, so kept short)."""
+        return not (self.gap or self.window) and self.classify(elapsed) is PaceSignal.PROMPT
+
     def classify(self, elapsed: float) -> PaceSignal:
         """PROMPT or SLOW, for an answer that took ``elapsed`` seconds."""
         fastest = self.fastest

@@ -324,17 +324,17 @@ class OriginScheduler:
         self._started_now(origin, request)
         self._release(origin, request)
 
-    def retry(self, request: FetchRequest) -> bool:
+    def retry(self, request: FetchRequest, *, at_once: bool = False) -> bool:
         """A retry of a request in flight: True to attempt it at once, on the same worker.
 
-        On an origin with a delay, a page's retry waits its turn like any request: it goes
-        back to the front of the origin's queue, and False comes back. A robots.txt retry
-        (or its redirect) is always made at once: nothing else of the origin goes out
-        while it is pending, so it cannot crowd the host.
-        """
+        On an origin with a delay or a learnt gap, a page's retry waits its turn like any
+        request: back to the front of the origin's queue, and False comes back. A robots.txt
+        retry (or its redirect) is made at once: nothing else of the origin goes out while
+        it is pending. So is any with ``at_once`` (the crawl is stopping: it finishes what
+        is in flight, retries included, and takes nothing from the queue)."""
         origin = self._origin(request)
         self._started_now(origin, request)
-        if not origin.spacing() or isinstance(request, RobotsRequest):
+        if at_once or not origin.spacing() or isinstance(request, RobotsRequest):
             return True
         self._requeue(origin, request)
         return False
@@ -437,7 +437,7 @@ class OriginScheduler:
         """
         origin = self._origin(request)
         pace = origin.pace
-        if pace is None:
+        if pace is None or (not pushback and pace.idle(now - started)):
             return None
         slowed_before, gap_before = pace.active, pace.gap
         signal, change = origin.learn(pushback, started, now, self._max_per_host)

@@ -277,7 +277,7 @@ class CrawlState:
                 else:
                     LOGGER.warning("%s failed: %s", request.url, outcome.error)
                 return self._settle(Completion(request, True, read_failure(request.url, outcome)))
-            if self.frontier.retry(retry):
+            if self.frontier.retry(retry, at_once=not self._scheduling):
                 return Retry(retry)
             return Requeued(retry)
         if outcome.status in RETRY_STATUSES:
@@ -355,9 +355,14 @@ class CrawlState:
         else:
             pushback = outcome.status in PUSHBACK_STATUSES
         self.frontier.answered(request, pushback=pushback, started=started, now=now)
+
+    def counters(self) -> dict[str, int]:
+        """The report's limit counters, ``slowed_origins`` as the frontier counts it."""
+        counts = dict(self.limit_counts)
         slowed = self.frontier.slowed[1]
         if slowed:
-            self.limit_counts[SLOWED_ORIGINS] = slowed
+            counts[SLOWED_ORIGINS] = slowed
+        return counts
 
     def _retry(self, request: FetchRequest, failure: FetchError) -> FetchRequest | None:
         """The next try of a network error while the URL has tries left (logged), or None."""

@@ -172,8 +172,8 @@ class MemoryFrontier:
     def slowed(self) -> tuple[int, int]:
         return self.scheduler.slowed
 
-    def retry(self, request: FetchRequest) -> bool:
-        return self.scheduler.retry(request)
+    def retry(self, request: FetchRequest, *, at_once: bool = False) -> bool:
+        return self.scheduler.retry(request, at_once=at_once)
 
     def retry_later(self, request: FetchRequest, *, not_before: float, now: float) -> None:
         self.scheduler.retry_later(request, not_before=not_before)

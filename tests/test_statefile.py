@@ -439,3 +439,38 @@ def test_the_state_file_is_sqlite_in_wal_mode(finished_state: Path) -> None:
     state_file = StateFile(str(finished_state), roots=(), options={})
     assert state_file.roots == (ROOT,)
     state_file.close()
+
+
+def test_a_resumed_crawl_starts_each_slowed_origin_where_it_was(tmp_path: Path) -> None:
+    """What an origin taught the crawl is part of the crawl: after a 429 the state file
+    keeps the origin's pace, and the next run starts with it (slowed, and counted)."""
+    path = tmp_path / "crawl.db"
+    state, store = open_crawl(path, adapt=True)
+    store.commit_waiting()
+    root = state.next_request(now=0.0)
+    assert root is not None
+    state.attempt_started(root, now=0.0)
+    state.attempt_finished(root, html([1, 2, 3, 4]), now=0.01)
+    store.commit_waiting()
+    pages = [state.next_request(now=0.02) for _ in range(3)]
+    for request in pages:
+        assert request is not None
+        state.attempt_started(request, now=0.02)
+    busy = Response(status=429, retry_after=1.0)
+    state.attempt_finished(pages[0], busy, now=0.03)
+    assert store.slowed == (1, 1)
+    gap = store.scheduler.pace_of("http://site.test")
+    assert gap is not None
+    kept = (gap.gap, gap.window, gap.ceiling)
+    store.commit_waiting()
+    store.close()
+
+    state, store = open_crawl(path, adapt=True)
+    try:
+        assert store.slowed == (1, 1)
+        assert state.counters()["slowed_origins"] == 1
+        pace = store.scheduler.pace_of("http://site.test")
+        assert pace is not None
+        assert (pace.gap, pace.window, pace.ceiling) == kept
+    finally:
+        store.close()

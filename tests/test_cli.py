@@ -392,7 +392,8 @@ def test_progress_is_drawn_on_a_terminal(engine: str) -> None:
 
 PROGRESS_LINE = re.compile(
     r"^(?P<done>\d+) done  (?P<queued>\d+) queued  (?P<in_flight>\d+) in flight  "
-    r"[\d.]+ pages/s  (?P<error>\d+) error  (?P<fail>\d+) fail  \d+:\d\d:\d\d$"
+    r"[\d.]+ pages/s  (?P<error>\d+) error  (?P<fail>\d+) fail  (?:\d+ slowed  )?"
+    r"\d+:\d\d:\d\d$"
 )
 
 

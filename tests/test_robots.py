@@ -146,7 +146,7 @@ def test_a_file_that_is_a_stored_word_allows_everything_after_a_reload_too(body:
         (204, False, "User-agent: *\nDisallow: /\n"),
         (302, True, "allow"),  # a redirect the core could not follow: unavailable
         (404, True, "allow"),  # 4xx: unavailable, everything allowed (RFC 9309 2.3.1.3)
-        (429, True, "allow"),
+        (429, False, "deny"),  # rate-limited: as a 5xx, until a later fetch succeeds
         (500, False, "deny"),  # 5xx: unreachable, everything disallowed (2.3.1.4)
         (503, False, "deny"),
     ],

@@ -327,14 +327,14 @@ class OriginScheduler:
     def retry(self, request: FetchRequest, *, at_once: bool = False) -> bool:
         """A retry of a request in flight: True to attempt it at once, on the same worker.
 
-        On an origin with a delay or a learnt gap, a page's retry waits its turn like any
-        request: back to the front of the origin's queue, and False comes back. A robots.txt
-        retry (or its redirect) is made at once: nothing else of the origin goes out while
-        it is pending. So is any with ``at_once`` (the crawl is stopping: it finishes what
-        is in flight, retries included, and takes nothing from the queue)."""
+        On an origin with a delay, a page's retry waits its turn like any request: back to
+        the front of the origin's queue, and False comes back (a learnt gap does not: the
+        retry stays the worker's, and the gap spaces the origin's other requests). A
+        robots.txt retry (or its redirect) is made at once, as is any with ``at_once`` (the
+        crawl is stopping: it finishes what is in flight and takes nothing from the queue)."""
         origin = self._origin(request)
         self._started_now(origin, request)
-        if at_once or not origin.spacing() or isinstance(request, RobotsRequest):
+        if at_once or not origin.delay or isinstance(request, RobotsRequest):
             return True
         self._requeue(origin, request)
         return False

@@ -282,9 +282,9 @@ class RedisFrontier:
         return self.shared.slowed_now, self.shared.slowed_ever
 
     def retry(self, request: FetchRequest, *, at_once: bool = False) -> bool:
-        """A retry waits its turn on a host with a delay or a pace; else it goes at once."""
+        """A retry waits its turn on a host with a delay; else it goes at once."""
         key = "" if request.robots or at_once else origin_of(request.url)
-        if not key or (self._delay_of(key) <= 0 and not self._pace.limits(key)):
+        if not key or self._delay_of(key) <= 0:
             return self.scheduler.retry(request)
         self._back(request, wait=0.0)
         return False

@@ -187,9 +187,12 @@ class Page:
             return None
         return url
 
-    def links_to_queue(self) -> tuple[str, ...]:
+    def links_to_queue(self) -> tuple[str, ...] | None:
         """:attr:`links` as the handler left them: each read as :meth:`follow` reads an
-        href (the page's own links pass as they are), without repeats."""
+        href (the page's own links pass as they are), without repeats; None when the
+        handler left them as they were."""
+        if tuple(self.links) == self._parsed.links:
+            return None
         own = set(self._parsed.links)
         kept: dict[str, None] = {}
         for link in self.links:
@@ -204,13 +207,13 @@ class Handled:
     """What the page handler made of a page: the core's input to ``page_handled``.
 
     Attributes:
-        links: The links to queue, in order (none when the handler raised: then the page's
-            own are queued, as without a handler).
+        links: The links to queue, in order; None to queue the page's own, as without a
+            handler (the handler left them alone, or raised).
         items: The items, each one line of JSON.
         error: ``"ExceptionClassName: message"`` when the handler raised, else None.
     """
 
-    links: tuple[str, ...]
+    links: tuple[str, ...] | None = None
     items: tuple[str, ...] = ()
     error: str | None = None
 
@@ -219,6 +222,8 @@ class Handled:
         the links to queue (the record's ``num_urls`` counts them)."""
         if self.error is not None:
             return replace(read, record=replace(read.record, handler_error=self.error))
+        if self.links is None:
+            return read
         record = replace(read.record, num_urls=len(self.links))
         return replace(read, record=record, links=self.links)
 
@@ -236,14 +241,14 @@ async def run_handler(handler: Handler, page: Page) -> Handled:
     """
     try:
         result = handler(page)
-        if inspect.isawaitable(result):
+        if type(result) is not dict and inspect.isawaitable(result):  # dict: the usual item
             result = await result
         items = await _collect(result)
         lines = tuple(_item_line(item) for item in items)
         return Handled(page.links_to_queue(), lines)
     except Exception as exc:
         LOGGER.info("the page handler raised on %s", page.url, exc_info=exc)
-        return Handled((), error=describe_exception(exc))
+        return Handled(error=describe_exception(exc))
 
 
 async def _collect(result: object) -> list[object]:
@@ -269,11 +274,16 @@ async def _collect(result: object) -> list[object]:
         return list(result)
 
 
+# One encoder for every item: json.dumps with any option but the defaults makes a new one for
+# each call, a third of the cost of writing a small item.
+_ITEM_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def _item_line(item: object) -> str:
     """One item as the line of JSON ``--items`` gets; the error when it cannot be one."""
     if not isinstance(item, dict):
         raise TypeError(f"an item must be a dict, not {type(item).__name__}")
-    line = json.dumps(item, ensure_ascii=False, allow_nan=False)
+    line = _ITEM_ENCODER.encode(item)
     line.encode("utf-8")  # a lone surrogate is no UTF-8, so no JSON Lines file holds it
     return line
 

@@ -60,6 +60,8 @@ from ._robots import PRODUCT_TOKEN
 from ._urls import LinkResolver, normalize_url
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
     from selectolax.lexbor import LexborNode as Node
 
 __all__ = [
@@ -181,7 +183,8 @@ class ParsedDocument:
         tree: The document as selectolax's Lexbor parser built it; None until parsed.
         base: The URL the page's hrefs resolve against: its first usable ``<base href>``,
             else the page's URL.
-        links: The distinct links, resolved, in the order the page first gives them.
+        links: The distinct links, resolved, in the order the page first gives them (the
+            page reader narrows them to the in-scope ones).
     """
 
     __slots__ = ("base", "links", "tree")
@@ -219,7 +222,7 @@ def extract_links(
     normalized: bool = False,
     robots_meta: list[str] | None = None,
     parsed: ParsedDocument | None = None,
-) -> set[str]:
+) -> AbstractSet[str]:
     """Find the links on a page, as absolute http(s) URLs without fragments.
 
     Links are the ``href`` of every ``a``, ``area`` and ``link`` element, resolved against
@@ -245,7 +248,8 @@ def extract_links(
             only the set.
 
     Returns:
-        The distinct links. Never raises: malformed pages and hrefs give fewer links.
+        The distinct links (with ``parsed``, a set-like view in page order). Never raises:
+        malformed pages and hrefs give fewer links.
     """
     try:
         document = parse_document(body, encoding)
@@ -292,16 +296,16 @@ def _in_page_order(
     link_nodes: list[Node],
     *,
     general: bool,
-) -> set[str]:
+) -> AbstractSet[str]:
     """:func:`extract_links`' links, with ``parsed`` filled: the same links, resolved the
     same way, kept in page order (a dict where the crawl alone keeps a set)."""
     parsed.tree, parsed.base = document, base
-    hrefs = dict.fromkeys(node.attrs.get("href") or "" for node in link_nodes)
+    hrefs = dict.fromkeys([node.attrs.get("href") or "" for node in link_nodes])
     resolve = functools.partial(normalize_url, base=base) if general else LinkResolver(base).resolve
-    in_order = dict.fromkeys(resolve(href) for href in hrefs)
+    in_order = dict.fromkeys([resolve(href) for href in hrefs])
     in_order.pop(None, None)
     parsed.links = tuple(in_order)  # type: ignore[arg-type]  # None was popped
-    return set(parsed.links)
+    return in_order.keys()  # type: ignore[return-value]  # None was popped
 
 
 def _clean_label(label: str) -> str:

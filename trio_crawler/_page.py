@@ -54,6 +54,7 @@ from ._urls import normalize_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+    from collections.abc import Set as AbstractSet
 
     from ._config import CrawlConfig
     from ._events import FetchError, FetchRequest, Response
@@ -137,7 +138,7 @@ def read_page(
     media_type, charset = parse_content_type(response.content_type)
     parsed = media_type in PARSED_MEDIA_TYPES
     encoding = choose_encoding(response.body if parsed else b"", charset)
-    links: set[str] = set()
+    links: AbstractSet[str] = set()
     exception = None
     nofollow = False
     document = ParsedDocument() if parsed and for_handler else None
@@ -173,12 +174,11 @@ def read_page(
             in_scope.append(link)
     if too_long:
         LOGGER.debug("skipped %d links longer than %d on %s", too_long, max_url_length, url)
+    if document is not None:  # the handler's links: extract_links kept them in page order
+        document.links = tuple(in_scope)
     if in_scope:
         LOGGER.debug("got %d distinct urls from %s", len(in_scope), url)
         in_scope.sort()
-    if document is not None:  # the handler's links: the same, in page order
-        kept = set(in_scope)
-        document.links = tuple(link for link in document.links if link in kept)
     record = FetchStatistic(
         url=url,
         status=response.status,

@@ -41,6 +41,16 @@ MAX_TASKS = 10
 # Pages make 0 to 3 items each, by their number, with some bulk so that a kill can land
 # in the middle of a page's lines.
 HANDLER = """
+import anyio
+
+
+async def hangs_on_7(page):
+    # As items_of, but the handler of /p/7.html never returns: the deadline cancels it.
+    if page.url.endswith("/p/7.html"):
+        await anyio.sleep_forever()
+    return list(items_of(page))
+
+
 def items_of(page):
     number = int(page.url.rsplit("/", 1)[1].removesuffix(".html"))
     for k in range(number % 4):
@@ -206,3 +216,34 @@ async def test_a_recrawl_refuses_the_items_file_of_an_earlier_pass(
     assert sum(read_items([items], str(first)).values()) == sum(
         expected_items(server.url(""), site.paths()).values()
     )
+
+
+@pytest.mark.trio
+async def test_a_page_whose_handler_was_cancelled_is_handled_again_on_resume(
+    tmp_path: Path, handler: str
+) -> None:
+    """--max-time cancels the handler of /p/7.html: that page has no record and no item;
+    the next run, with a handler that returns, fetches and handles it, once."""
+    site = Site(40, random.Random(SEED))
+    state, output, items = tmp_path / "crawl.db", tmp_path / "out.jsonl", tmp_path / "items.jsonl"
+    hangs = handler.replace(":items_of", ":hangs_on_7")
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            server.fallback(site.handle)
+            root = server.url("/p/0.html")
+            extra = ("--state", str(state), "-o", str(output))
+            first = await run_child(
+                command("asyncio", hangs, items, *extra, "--max-time", "2", root), tmp_path
+            )
+            assert first.returncode == 0, first
+            assert "Finish reason: deadline" in first.stdout, first
+            cut = {str(record["url"]) for record in read_records(output, str(first))}
+            assert server.url("/p/7.html") not in cut
+            assert site.fetched["/p/7.html"] == 1
+            again = await run_child(command("trio", handler, items, *extra), tmp_path)
+    context = f"{first}\n{again}"
+    assert again.returncode == 0, context
+    assert "Finish reason: finished" in again.stdout, context
+    assert site.fetched["/p/7.html"] == 2, context
+    assert len(read_records(output, context)) == len(site.paths()), context
+    assert read_items([items], context) == expected_items(server.url(""), site.paths())

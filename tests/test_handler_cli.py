@@ -249,3 +249,49 @@ async def _read_all(stream: trio.abc.ReceiveStream, into: dict[str, str], name: 
     while chunk := await stream.receive_some():
         received += chunk
     into[name] = received.decode()
+
+
+@pytest.mark.trio
+async def test_a_reader_of_the_items_that_goes_away_ends_the_crawl_as_ctrl_c_does(
+    tmp_path: Path, handlers: Path
+) -> None:
+    """``--items - | head -1`` through a real pipe: once the reader has its line and
+    closes its end, the next page's items find no reader and the crawl stops as after a
+    first Ctrl-C: status 130, the report (on stderr) says so, no traceback."""
+    release = trio.Event()
+    others = [f"/p{number}" for number in range(50)]
+
+    async def slow(request: Request) -> Reply:
+        await release.wait()  # answered once the reader is gone
+        return Reply.html("".join(f'<a href="{path}">{path}</a>' for path in others))
+
+    routes = {path: page("/") for path in others}
+    routes.update({"/": page("/slow"), "/slow": slow})
+    read_end, write_end = os.pipe()
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server(routes) as server:
+            command = [sys.executable, "-m", "trio_crawler", *crawl_command("--max-tasks", "1")]
+            command += ["--handler", f"{handlers}:items_of", "--items", "-", server.url()]
+            with (tmp_path / "stderr").open("wb") as stderr:
+                process = await trio.lowlevel.open_process(command, stdout=write_end, stderr=stderr)
+            os.close(write_end)  # the child holds the only writing end
+            reader = trio.lowlevel.FdStream(read_end)
+            first = b""
+            while b"\n" not in first:
+                chunk = await reader.receive_some()
+                assert chunk, "the crawler closed stdout before its first item"
+                first += chunk
+            await reader.aclose()  # head -1 has its line and exits
+            release.set()
+            await process.wait()
+    stderr_text = (tmp_path / "stderr").read_text()
+    assert json.loads(first.decode().splitlines()[0]) == {
+        "page": server.url(),
+        "link": server.url("/slow"),
+    }
+    assert process.returncode == 130, stderr_text
+    assert "the reader of <stdout> went away" in stderr_text
+    assert "Finish reason: interrupted" in stderr_text
+    assert "Traceback" not in stderr_text
+    fetched = [target for target in server.hits if target in others]
+    assert len(fetched) < len(others), "the crawl went on after the reader was gone"

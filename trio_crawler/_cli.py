@@ -7,10 +7,10 @@ Exit status: 0 when the crawl ran to its end, to ``--max-time`` or to ``--max-pa
 ``trio-crawler: error: ...`` before any request is made; 130 after SIGINT or SIGTERM, once
 the partial report is printed and the output is complete.
 
-A reader that goes away (``trio-crawler -o - ... | head -1``) ends the crawl as a first
-Ctrl-C does, with status 130: the ``-o`` writer notes the broken pipe and a task of the crawl
-calls ``stop()``. A report written to a pipe with no reader ends the run with status 130 too,
-without a traceback (see :func:`_silence_closed_pipes`).
+A reader that goes away (``trio-crawler -o - ... | head -1``, or ``--items -``) ends the crawl
+as a first Ctrl-C does, with status 130: the ``-o`` (or ``--items``) writer notes the broken
+pipe and a task of the crawl calls ``stop()``. A report written to a pipe with no reader
+ends the run with status 130 too, without a traceback (see :func:`_silence_closed_pipes`).
 
 Signals are caught as data, not as exceptions: while a crawl runs, SIGINT and SIGTERM go to
 a signal receiver (``anyio.open_signal_receiver``, which is Trio's on the Trio backend)
@@ -430,7 +430,8 @@ async def _stop_on_signal(
 async def _stop_when_reader_gone(
     gone: anyio.Event, name: str, stop: Callable[[float], None], grace: float
 ) -> None:
-    """Once the reader of the ``-o`` pipe went away, stop as a first Ctrl-C does.
+    """Once the reader of the ``-o`` (or ``--items``) pipe went away, stop as a first
+    Ctrl-C does.
 
     A task of its own, since the writer finds out inside the core's decisions, where the
     crawl must not be stopped.

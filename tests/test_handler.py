@@ -464,6 +464,6 @@ def test_a_handler_the_crawl_cannot_call_is_refused_when_the_crawler_is_made(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_handler_and_items_are_taken_by_every_engine() -> None:
+def test_a_handler_without_items_opens_no_items_file() -> None:
     crawler = trio_crawler.Crawler(["example.com"], handler=returns_a_dict)
     assert crawler.item_files is None

@@ -187,7 +187,7 @@ class Page:
             return None
         return url
 
-    def links_to_queue(self) -> tuple[str, ...] | None:
+    def _links_to_queue(self) -> tuple[str, ...] | None:
         """:attr:`links` as the handler left them: each read as :meth:`follow` reads an
         href (the page's own links pass as they are), without repeats; None when the
         handler left them as they were."""
@@ -245,7 +245,7 @@ async def run_handler(handler: Handler, page: Page) -> Handled:
             result = await result
         items = await _collect(result)
         lines = tuple(_item_line(item) for item in items)
-        return Handled(page.links_to_queue(), lines)
+        return Handled(page._links_to_queue(), lines)
     except Exception as exc:
         LOGGER.info("the page handler raised on %s", page.url, exc_info=exc)
         return Handled(error=describe_exception(exc))

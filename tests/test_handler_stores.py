@@ -166,7 +166,9 @@ async def test_three_processes_write_each_pages_items_once_between_them(
     tmp_path: Path, redis: RedisServer, handler: str
 ) -> None:
     engines = ["trio", "asyncio", "anyio-asyncio"]
-    site = Site(300, random.Random(f"{SEED}-shared"), pause=0.01)
+    # As tests/test_cluster.py's crawl: slow enough (900 pages of 10 ms, 4 at a time per
+    # process) that the joiners, started once the crawl exists, get a share of it.
+    site = Site(900, random.Random(f"{SEED}-shared"), pause=0.01)
     items = [tmp_path / f"items-{index}.jsonl" for index in range(len(engines))]
     runs: list[str] = []
     with trio.fail_after(HANG_LIMIT * 2):
@@ -176,7 +178,11 @@ async def test_three_processes_write_each_pages_items_once_between_them(
             async def one(index: int) -> None:
                 roots = [server.url("/p/0.html")] if index == 0 else []
                 args = command(
-                    engines[index], handler, items[index], "--frontier", redis.url(), *roots
+                    engines[index],
+                    handler,
+                    items[index],
+                    *("--frontier", redis.url(), "--max-tasks", "4"),
+                    *roots,
                 )
                 run = await run_child(args, tmp_path, name=f"p{index}")
                 runs.append(f"{engines[index]}: {run}")

@@ -13,6 +13,9 @@ Seven parts, run in the order ``--only`` names them (all seven by default):
 * ``durable``: what ``--state`` costs: the synthetic site crawled with and without it,
   a recrawl of it, and a 1 000 000-URL frontier in the state file (``bench_durable.py``,
   likewise in a fresh process).
+* ``handler``: what a page handler costs: the synthetic site crawled with a handler that
+  reads each page's title from ``page.tree`` and returns one item, against the same crawl
+  without, and the parses per page (``bench_handler.py``, in a fresh process).
 * ``cluster``: the shared frontier on Redis: one process with ``--frontier`` against the
   same crawl in memory on the synthetic site, and the slow server crawled by 1, 2 and 4
   processes sharing one crawl, with Redis's round trips and CPU per page
@@ -30,7 +33,7 @@ check failed (a tool that did not find every page, a crawl that failed), after w
 Set up once with ``bash benchmarks/setup.sh``, then, from the repository root::
 
     .venv/bin/python benchmarks/run.py [--pages 10000] [--rounds 3]
-        [--only synthetic,docs,slow,state,durable,cluster,pushback] [--out results.md]
+        [--only synthetic,docs,slow,state,durable,handler,cluster,pushback] [--out results.md]
 
 Defaults took 33 minutes on the 2-CPU machine (see README.md for a smoke run).
 """
@@ -56,11 +59,13 @@ from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_
 from benchmarks.measure import GNU_TIME, parts_argument, run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
-PARTS = ("synthetic", "docs", "slow", "state", "durable", "cluster", "pushback")
+PARTS = ("synthetic", "docs", "slow", "state", "durable", "handler", "cluster", "pushback")
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_STATE = Path(__file__).resolve().parent / "bench_state.py"
 BENCH_DURABLE = Path(__file__).resolve().parent / "bench_durable.py"
-# bench_state.py runs in under a minute, bench_durable.py in about five; more is a hang.
+BENCH_HANDLER = Path(__file__).resolve().parent / "bench_handler.py"
+# bench_state.py runs in under a minute, bench_durable.py in about five, bench_handler.py
+# in about two; more is a hang.
 STATE_TIMEOUT = 2400.0
 
 
@@ -200,6 +205,9 @@ def run_part(
             script=BENCH_DURABLE,
             argv=[*argv, "--urls", str(args.state_urls)],
         )
+    if part == "handler":
+        argv = ["--pages", str(args.pages), "--rounds", str(args.rounds)]
+        return run_state(args, package_path=package_path, script=BENCH_HANDLER, argv=argv)
     return run_state(args, package_path=package_path)
 
 
@@ -210,7 +218,8 @@ def run_state(
     script: Path = BENCH_STATE,
     argv: list[str] | None = None,
 ) -> tuple[str, bool]:
-    """bench_state.py (or bench_durable.py) in a fresh process, importing the snapshot.
+    """bench_state.py (or bench_durable.py, bench_handler.py) in a fresh process, importing
+    the snapshot.
 
     A fresh process, because its memory figures should not share an interpreter with the
     harness, and the snapshot, so that it measures the same code as the crawls. It is

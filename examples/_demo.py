@@ -11,6 +11,8 @@ fresh shell, rather than the project's ``.venv/bin/python``), an example says so
 line, naming the missing module: importing this module first installs that explanation
 (:func:`_explain_missing_module`), and a demo server that could not start for the same
 reason is reported the same way. Each example imports it before anything else for that.
+(A handler example loaded by ``trio-crawler --handler`` imports it too; the explanation is
+installed only when the script run is an example.)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote, urldefrag, urljoin, urlsplit
 
@@ -52,7 +55,12 @@ def _explain_missing_module(
 
 
 _usual_hook = sys.excepthook
-sys.excepthook = _explain_missing_module
+# Only for an example run as a script: a handler of examples 07-09 loaded by the command
+# line (``--handler examples/08_extract.py:...``) imports this module too, into a process
+# whose errors are not an example's to explain.
+_main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+if Path(_main_file).resolve().parent == Path(__file__).resolve().parent:
+    sys.excepthook = _explain_missing_module
 
 
 @contextmanager

@@ -57,6 +57,7 @@ RECORD_KEYS = [
     "encoding",
     "num_urls",
     "num_new_urls",
+    "handler_error",
 ]
 
 

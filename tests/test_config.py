@@ -34,7 +34,7 @@ SIGNATURE = (
     "max_size=10485760, max_url_length=2083, obey_robots=True, user_agent=None, "
     "max_per_host=None, delay=0.0, max_retry_after=600.0, adapt=True, state=None, recrawl=False, "
     "frontier=None, "
-    "crawl_id='crawl', lease=60.0, on_record=None, "
+    "crawl_id='crawl', lease=60.0, handler=None, items=None, on_record=None, "
     "on_exchange=None, on_progress=None, progress_interval=0.1)"
 )
 

@@ -21,6 +21,7 @@ def test_public_names() -> None:
         "ConfigError",
         "Crawler",
         "FetchStatistic",
+        "Page",
         "__version__",
     ]
     from trio_crawler.engine_trio import Crawler
@@ -85,11 +86,13 @@ def test_bad_roots_raise_config_error(roots: object) -> None:
 
 def test_core_modules_import_no_async_or_network_library() -> None:
     """The sans-I/O core must be usable (and testable) without an event loop; so must the
-    frontier room (the stores' interfaces and the per-origin scheduler) and the factory."""
+    frontier room (the stores' interfaces and the per-origin scheduler), the factory, and
+    the page handler's machinery (a handler is awaited on whatever loop runs it)."""
     code = (
         "import sys\n"
         "import trio_crawler._state, trio_crawler._report, trio_crawler._output\n"
         "import trio_crawler._frontier, trio_crawler._scheduler, trio_crawler._stores\n"
+        "import trio_crawler._handler\n"
         "bad = {'trio', 'anyio', 'asyncio', 'httpx', 'httpcore', 'socket', 'sniffio'}\n"
         "print(sorted(bad & set(sys.modules)))\n"
     )

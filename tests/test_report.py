@@ -101,6 +101,7 @@ def test_record_json_has_exactly_the_contract_keys_in_order() -> None:
         "encoding": None,
         "num_urls": 0,
         "num_new_urls": 0,
+        "handler_error": None,
     }
     assert "\n" not in FetchStatistic(url="http://h/\u2028", exception="E: a\nb").to_json()
 
@@ -127,3 +128,20 @@ def test_a_recrawls_304_is_not_modified_not_an_error() -> None:
         "         2 status_304",
         "         1 status_404",
     ]
+
+
+def test_pages_whose_handler_raised_are_counted_whatever_their_kind() -> None:
+    records = [
+        FetchStatistic(url="http://h/", status=200, content_type="text/html", size=3),
+        FetchStatistic(
+            url="http://h/a", status=200, content_type="text/html", handler_error="KeyError: 'x'"
+        ),
+        FetchStatistic(
+            url="http://h/b", status=200, content_type="application/xml", handler_error="E"
+        ),
+    ]
+    report = format_report(records, elapsed=1.0, max_tasks=1, todo=0, finish_reason="finished")
+    assert "         2 handler_error" in report.splitlines()
+    assert "handler_error" not in format_report(
+        records[:1], elapsed=1.0, max_tasks=1, todo=0, finish_reason="finished"
+    )

@@ -7,10 +7,10 @@ Exit status: 0 when the crawl ran to its end, to ``--max-time`` or to ``--max-pa
 ``trio-crawler: error: ...`` before any request is made; 130 after SIGINT or SIGTERM, once
 the partial report is printed and the output is complete.
 
-A reader that goes away (``trio-crawler -o - ... | head -1``) ends the crawl as a first
-Ctrl-C does, with status 130: the ``-o`` writer notes the broken pipe and a task of the crawl
-calls ``stop()``. A report written to a pipe with no reader ends the run with status 130 too,
-without a traceback (see :func:`_silence_closed_pipes`).
+A reader that goes away (``trio-crawler -o - ... | head -1``, or ``--items -``) ends the crawl
+as a first Ctrl-C does, with status 130: the ``-o`` (or ``--items``) writer notes the broken
+pipe and a task of the crawl calls ``stop()``. A report written to a pipe with no reader
+ends the run with status 130 too, without a traceback (see :func:`_silence_closed_pipes`).
 
 Signals are caught as data, not as exceptions: while a crawl runs, SIGINT and SIGTERM go to
 a signal receiver (``anyio.open_signal_receiver``, which is Trio's on the Trio backend)
@@ -43,6 +43,7 @@ from ._cli_args import (
     for_the_command_line,
     parse_args,
 )
+from ._handler import load_handler
 from ._options import ConfigError
 from ._output import OutputFiles
 from ._report import format_report
@@ -125,6 +126,8 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         outputs.check()
         check_output(options.crawl, options.output)  # not an earlier pass's file
+        OutputFiles(items=options.items).check()  # the crawler opens it: looked at here too
+        check_output(options.crawl, options.items, option="items")
     except ConfigError as exc:
         print(f"{PROG}: error: --{exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -231,7 +234,8 @@ class CrawlRun:
 
     def run(self) -> int:
         """Crawl until done or signalled, print the report, and return the exit status."""
-        report_stream = sys.stderr if self.options.output == "-" else sys.stdout
+        stdout_taken = "-" in (self.options.output, self.options.items)
+        report_stream = sys.stderr if stdout_taken else sys.stdout
         backend = ENGINES[self.options.engine][1]
         held: list[int] = []
         try:
@@ -265,6 +269,8 @@ class CrawlRun:
             on_record=outputs.write_record if outputs.output_path is not None else None,
             on_exchange=outputs.write_exchange if outputs.warc_path is not None else None,
             on_progress=self.progress.update if self.progress is not None else None,
+            handler=None if self.options.handler is None else load_handler(self.options.handler),
+            items=self.options.items,
             **keywords,
         )
         # The files open once the store's session is (a shared crawl joined).
@@ -328,7 +334,8 @@ class CrawlRun:
                     task_group.cancel_scope.cancel("unusable store")
                     return
                 task_group.start_soon(_stop_on_signal, signals, crawler.stop, self.options.grace)
-                if self.outputs.output_path is not None:
+                written = [p for p in (self.outputs.output_path, self.options.items) if p]
+                if written:
                     gone = anyio.Event()
 
                     def reader_gone() -> None:
@@ -336,10 +343,12 @@ class CrawlRun:
                         gone.set()
 
                     self.outputs.on_reader_gone = reader_gone
+                    if crawler.item_files is not None:
+                        crawler.item_files.on_reader_gone = reader_gone
                     task_group.start_soon(
                         _stop_when_reader_gone,
                         gone,
-                        "<stdout>" if self.outputs.output_path == "-" else self.outputs.output_path,
+                        "<stdout>" if "-" in written else written[0],
                         crawler.stop,
                         self.options.grace,
                     )
@@ -421,7 +430,8 @@ async def _stop_on_signal(
 async def _stop_when_reader_gone(
     gone: anyio.Event, name: str, stop: Callable[[float], None], grace: float
 ) -> None:
-    """Once the reader of the ``-o`` pipe went away, stop as a first Ctrl-C does.
+    """Once the reader of the ``-o`` (or ``--items``) pipe went away, stop as a first
+    Ctrl-C does.
 
     A task of its own, since the writer finds out inside the core's decisions, where the
     crawl must not be stopped.

@@ -27,6 +27,7 @@ from . import engine_anyio, engine_asyncio, engine_trio
 from ._between_runs import OptionChanged
 from ._clients import choose_http_library
 from ._config import CrawlOptions, normalize_roots
+from ._handler import load_handler
 from ._options import (
     DURABLE,
     LIMITS,
@@ -87,6 +88,13 @@ def _port(name: str, value: object) -> int:
     if port > 65535:
         raise ConfigError(name, f"must be from 0 to 65535, not {port}")
     return port
+
+
+def _handler(name: str, value: object) -> str:
+    # Loaded now, so that a missing file or a syntax error is a usage error before anything
+    # runs (load_handler keeps what it loaded: the crawl gets the same function).
+    load_handler(str(value))
+    return str(value)
 
 
 def _grace(name: str, value: object) -> float:
@@ -156,6 +164,22 @@ class CommandLine:
         None,
         help="archive every request and response in a WARC file (.warc or .warc.gz)",
         flags=("--warc",),
+        metavar="FILE",
+        section=OUTPUT,
+    )
+    handler: str | None = option(
+        None,
+        help="run the function NAME on every page read for links (PATH.py:NAME or "
+        "package.module:NAME): it may return items and edit the page's links",
+        check=_handler,
+        flags=("--handler",),
+        metavar="SPEC",
+        section=OUTPUT,
+    )
+    items: str | None = option(
+        None,
+        help="write the items --handler returns, one JSON line each ('-' for stdout)",
+        flags=("--items",),
         metavar="FILE",
         section=OUTPUT,
     )
@@ -351,6 +375,10 @@ def _check_what_to_crawl(namespace: argparse.Namespace, roots: tuple[str, ...]) 
         raise UsageError("no ROOT given: name a URL to crawl (or use --demo)")
     elif namespace.demo and namespace.frontier:
         raise UsageError("--demo crawls a site served by this process; it cannot be shared")
+    if namespace.items is not None and namespace.handler is None:
+        raise UsageError(f"--items {namespace.items!r} writes what --handler returns: give both")
+    if namespace.items == "-" and namespace.output == "-":
+        raise UsageError("-o - and --items - cannot both write to stdout: give one a file")
     if namespace.frontier is None:
         # Without --frontier they would be accepted and mean nothing, as --status would.
         if namespace.crawl_id is not None:

@@ -18,18 +18,21 @@ import abc
 import enum
 import inspect
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 from ._clients import DEFAULT_USER_AGENT
 from ._config import CrawlConfig, CrawlOptions
-from ._events import Committing, Retry
+from ._events import Committing, PageRead, Retry
 from ._fetch import Fetcher
 from ._frontier import FrontierLost, StoreRuntime
+from ._handler import Page, check_handler, run_handler
 from ._options import ConfigError, reject_unknown_options, takes_options
+from ._output import OutputFiles
 from ._state import CrawlState
-from ._stores import open_store, with_stored_options
+from ._stores import check_output, open_store, with_stored_options
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from ._counts import CrawlCounts
     from ._events import Exchange, FetchRequest, Outcome
     from ._frontier import Store, StoreShell
+    from ._handler import Handler
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -110,6 +114,15 @@ class CrawlerBase(abc.ABC):
         roots: Start URLs. A root without ``://`` gets ``http://``; repeats are dropped.
         client: An ``httpx.AsyncClient`` to share between the workers; it is left open.
             Without it each worker gets a client of its own, closed when the crawl ends.
+        handler: Your function, called with a :class:`~trio_crawler._handler.Page` for
+            every page the crawl reads for links, in the task that fetched it, before the
+            page's links are queued: plain or ``async``, it returns None, an item (a
+            ``dict``) or an iterable of items (a generator, an async generator too), and
+            may edit ``page.links``. An exception it raises is the page's
+            (``handler_error``), never the crawl's. See docs/handler.md.
+        items: A file to write the handler's items to, one JSON line each (``"-"``:
+            stdout), in the order pages finish; by the same rules as the command line's
+            ``-o`` (new, reconciled with ``state``, appended to with ``frontier``).
         on_record: Called with each record the moment it is made (see
             :class:`~trio_crawler._state.CrawlState`). This and the other two callbacks
             are plain functions, called without awaiting: an ``async def`` is refused.
@@ -123,8 +136,9 @@ class CrawlerBase(abc.ABC):
             :class:`~trio_crawler._config.CrawlOptions`.
 
     Raises:
-        ConfigError: At construction, for an unusable option, or a callback that is not a
-            plain function.
+        ConfigError: At construction, for an unusable option, a callback that is not a
+            plain function, a handler that cannot take a page, ``items`` without a
+            handler, or an ``items`` path that cannot be written.
         TypeError: At construction, for a keyword that is no option (a misspelling).
     """
 
@@ -134,6 +148,8 @@ class CrawlerBase(abc.ABC):
         roots: Iterable[str],
         *,
         client: httpx.AsyncClient | None = None,
+        handler: Handler | None = None,
+        items: str | os.PathLike[str] | None = None,
         on_record: Callable[[FetchStatistic], None] | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
         on_progress: Callable[[CrawlCounts], None] | None = None,
@@ -159,6 +175,9 @@ class CrawlerBase(abc.ABC):
             ("on_progress", on_progress),
         ):
             _check_callback(name, callback)
+        self._handler = None if handler is None else check_handler(handler)
+        # The items file, looked at now and opened with the store's session (_output.py).
+        self.item_files = self._item_files(items)
         # Given a client, the crawler makes none; without one, the HTTP library is chosen
         # now, so that a wrong TRIO_CRAWLER_HTTP stops the crawler here.
         self._fetcher = Fetcher(
@@ -176,6 +195,8 @@ class CrawlerBase(abc.ABC):
             frontier=self.store,
             on_record=on_record,
             resumed=self.store.resumed(),
+            hand_pages=self._handler is not None,
+            on_items=None if self.item_files is None else self.item_files.write_items,
         )
         # Called with the store once its session is open, before the first request: the
         # command line opens its output files there (see _output.py), so that a store that
@@ -190,6 +211,22 @@ class CrawlerBase(abc.ABC):
         # Whether stop() was called: the one answer to that question, whatever the phase.
         self._stopping = False
         self._init_engine()
+
+    def _item_files(self, items: str | os.PathLike[str] | None) -> OutputFiles | None:
+        """The ``items`` file, checked before the store is opened (a refused run touches
+        no file), not opened yet."""
+        if items is None:
+            return None
+        if not isinstance(items, str | os.PathLike) or not os.fspath(items):
+            raise ConfigError("items", f"must be a file path or '-', not {items!r}")
+        if self._handler is None:
+            raise ConfigError(
+                "items", "needs {handler}: the items are what it returns", mentions=("handler",)
+            )
+        item_files = OutputFiles(items=str(os.fspath(items)))
+        item_files.check()
+        check_output(self.config, item_files.items_path, option="items")
+        return item_files
 
     # The chapter's attribute names, read from the core so they survive the crawl.
     @property
@@ -324,6 +361,8 @@ class CrawlerBase(abc.ABC):
             limit_counts=lambda: self.state.limit_counts,
         )
         async with self.store.session(runtime):
+            if self.item_files is not None:
+                self.item_files.open(self.store)
             if self.open_outputs is not None:
                 self.open_outputs(self.store)
             yield
@@ -344,6 +383,10 @@ class CrawlerBase(abc.ABC):
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
             result = self.state.attempt_finished(request, outcome, now=self._now())
+            if isinstance(result, PageRead):  # only with a handler: it runs here, in the
+                assert self._handler is not None  # worker's task and cancel scope
+                handled = await run_handler(self._handler, Page(result, self.config))
+                result = self.state.page_handled(result, handled)
             if not isinstance(result, Retry):
                 break
             request = result.request
@@ -387,6 +430,8 @@ class CrawlerBase(abc.ABC):
         self._phase = Phase.ENDED
         self.elapsed = self._now() - start
         self.store.close()
+        if self.item_files is not None:
+            self.item_files.close()
         if deadline_passed is None:
             self.finish_reason = "interrupted"
         elif self.finish_reason is None:

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._page import PageReading
     from ._stats import FetchStatistic
 
 
@@ -46,6 +49,8 @@ class FetchRequest:
             robots.txt names (or ``/sitemap.xml``), 2 for one that an index of level 1
             names, and so on.
         known: In a recrawl, what the last pass kept of this URL (conditional requests).
+        referrer: The URL of the page (or sitemap, or redirect) through which this URL was
+            first queued; None for a root.
         robots: True for a :class:`RobotsRequest` (a class attribute, so a million queued
             requests don't each carry it).
     """
@@ -57,6 +62,7 @@ class FetchRequest:
     depth: int = 0
     sitemap: int = 0
     known: KnownPage | None = None
+    referrer: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +126,8 @@ class Response:
         last_modified: The raw ``Last-Modified`` header, or None (likewise).
         x_robots_tags: The ``X-Robots-Tag`` header values, one per header line as
             received (a page may ask not to be followed: ``nofollow``).
+        headers: Every response header, case-insensitive (the HTTP library's own mapping,
+            handed over as it is, for the page handler); the core reads none of it.
         exchange: The attempt as sent and received, when the crawl archives them.
     """
 
@@ -131,6 +139,7 @@ class Response:
     etag: str | None = None
     last_modified: str | None = None
     x_robots_tags: tuple[str, ...] = ()
+    headers: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
     exchange: Exchange | None = field(default=None, repr=False, compare=False)
 
 
@@ -225,4 +234,22 @@ class Committing:
     request: FetchRequest
 
 
-AttemptResult = Retry | Recorded | Committing | Requeued | RobotsSettled
+@dataclass(frozen=True, slots=True)
+class PageRead:
+    """The URL is a page read for links, and the crawl has a page handler: the engine
+    runs the handler on it, then hands the outcome to ``CrawlState.page_handled``. The
+    URL stays in flight until then. Only a crawl with a handler is ever answered this.
+
+    Attributes:
+        request: The request the page answers.
+        response: The page's response (body, headers, ``ETag``...).
+        reading: The page as the core read it: its record, its links, and the parse
+            they came from.
+    """
+
+    request: FetchRequest
+    response: Response
+    reading: PageReading
+
+
+AttemptResult = Retry | Recorded | Committing | Requeued | RobotsSettled | PageRead

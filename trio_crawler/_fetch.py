@@ -178,6 +178,7 @@ async def fetch(
                 x_robots_tags=tuple(fields["x-robots-tag"].split("\n"))
                 if "x-robots-tag" in fields
                 else (),
+                headers=response.headers,
                 exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
             )
     except _retryable_errors() as exc:

@@ -176,6 +176,8 @@ class Completion:
             the page answers 304; None when there is nothing to keep.
         etag: The page's ``ETag``, for a recrawl's ``If-None-Match``.
         last_modified: Its ``Last-Modified``, for ``If-Modified-Since``.
+        items: The items the page handler made of the page, each one line of JSON: a
+            durable store keeps them with the record (written to ``--items`` as it is).
     """
 
     request: FetchRequest | None
@@ -186,6 +188,7 @@ class Completion:
     links: tuple[str, ...] | None = None
     etag: str | None = None
     last_modified: str | None = None
+    items: tuple[str, ...] = ()
 
     def final_record(self, settled: Settled) -> FetchStatistic | None:
         """The record, with the count of new links the store answered."""

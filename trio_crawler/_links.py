@@ -38,6 +38,11 @@ second query over the tree the links came from, so :func:`extract_links` hands t
 ``content`` back on request instead of making its caller parse the page again; what the words
 mean is the page reader's business (:mod:`trio_crawler._page`).
 
+*For the page handler.* A crawl with a page handler gives it the same parse the links came
+from, so :func:`extract_links` fills a :class:`ParsedDocument` on request: the tree, the URL
+hrefs resolve against (for ``Page.follow``), and the links in the order the page gives them
+(a crawl without a handler keeps only the set, which is cheaper to build).
+
 Nothing here raises on what a server sends: an unknown charset, undecodable bytes, a broken
 tag or a malformed href makes a page yield fewer links, never an exception.
 """
@@ -45,19 +50,29 @@ tag or a malformed href makes a page yield fewer links, never an exception.
 from __future__ import annotations
 
 import codecs
+import functools
 import re
+from typing import TYPE_CHECKING
 
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
 from ._robots import PRODUCT_TOKEN
 from ._urls import LinkResolver, normalize_url
 
+if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
+    from selectolax.lexbor import LexborNode as Node
+
 __all__ = [
     "PARSED_MEDIA_TYPES",
     "ROBOTS_META_NAMES",
+    "ParsedDocument",
     "choose_encoding",
+    "decode_text",
     "extract_links",
     "parse_content_type",
+    "parse_document",
 ]
 
 PARSED_MEDIA_TYPES: frozenset[str] = frozenset(
@@ -161,6 +176,44 @@ def choose_encoding(body: bytes, header_charset: str | None) -> str:
     return _DEFAULT_ENCODING
 
 
+class ParsedDocument:
+    """What a page's parse leaves for the page handler (see :func:`extract_links`).
+
+    Attributes:
+        tree: The document as selectolax's Lexbor parser built it; None until parsed.
+        base: The URL the page's hrefs resolve against: its first usable ``<base href>``,
+            else the page's URL.
+        links: The distinct links, resolved, in the order the page first gives them (the
+            page reader narrows them to the in-scope ones).
+    """
+
+    __slots__ = ("base", "links", "tree")
+
+    def __init__(self) -> None:
+        self.tree: LexborHTMLParser | None = None
+        self.base = ""
+        self.links: tuple[str, ...] = ()
+
+
+def parse_document(body: bytes, encoding: str) -> LexborHTMLParser:
+    """Parse a page's bytes, decoded with ``encoding``, as :func:`extract_links` does.
+
+    Raises:
+        SelectolaxError, ValueError: Lexbor failed (out of memory, input over 2.5 GB).
+    """
+    return LexborHTMLParser(_parser_input(body, encoding))
+
+
+def decode_text(body: bytes, encoding: str) -> str:
+    """A page's text: ``body`` decoded with ``encoding`` (UTF-8 when Python has no codec
+    for documents by that name), bad bytes replaced."""
+    codec = _document_codec(_clean_label(encoding)) or _DEFAULT_ENCODING
+    try:
+        return body.decode(codec, "replace")
+    except (LookupError, ValueError):
+        return body.decode(_DEFAULT_ENCODING, "replace")
+
+
 def extract_links(
     body: bytes,
     page_url: str,
@@ -168,7 +221,8 @@ def extract_links(
     *,
     normalized: bool = False,
     robots_meta: list[str] | None = None,
-) -> set[str]:
+    parsed: ParsedDocument | None = None,
+) -> AbstractSet[str]:
     """Find the links on a page, as absolute http(s) URLs without fragments.
 
     Links are the ``href`` of every ``a``, ``area`` and ``link`` element, resolved against
@@ -189,12 +243,16 @@ def extract_links(
             parse as the links (an out-parameter, so that the return value, and every
             stand-in for this function, stays a set of links). None, the default, skips
             the lookup.
+        parsed: A :class:`ParsedDocument` to fill with the tree, the base and the links in
+            page order, for a page handler (an out-parameter too). None, the default, keeps
+            only the set.
 
     Returns:
-        The distinct links. Never raises: malformed pages and hrefs give fewer links.
+        The distinct links (with ``parsed``, a set-like view in page order). Never raises:
+        malformed pages and hrefs give fewer links.
     """
     try:
-        document = LexborHTMLParser(_parser_input(body, encoding))
+        document = parse_document(body, encoding)
         base_nodes = document.css(_BASE_SELECTOR)
         link_nodes = document.css(_LINK_SELECTOR)
         meta_nodes = document.css(_META_SELECTOR) if robots_meta is not None else []
@@ -216,9 +274,12 @@ def extract_links(
         if resolved_base is not None:
             base = resolved_base
 
+    general = base is page_url and not normalized and normalize_url(page_url) != page_url
+    if parsed is not None:
+        return _in_page_order(parsed, document, base, link_nodes, general=general)
     # Pages repeat links (navigation, pagination), so each distinct href is resolved once.
     hrefs = {node.attrs.get("href") or "" for node in link_nodes}
-    if base is page_url and not normalized and normalize_url(page_url) != page_url:
+    if general:
         # Not a URL the crawler made (a caller's own): resolve each href the general way.
         links = {normalize_url(href, base) for href in hrefs}
     else:
@@ -226,6 +287,25 @@ def extract_links(
         links = {resolve(href) for href in hrefs}
     links.discard(None)
     return links  # type: ignore[return-value]  # None was discarded
+
+
+def _in_page_order(
+    parsed: ParsedDocument,
+    document: LexborHTMLParser,
+    base: str,
+    link_nodes: list[Node],
+    *,
+    general: bool,
+) -> AbstractSet[str]:
+    """:func:`extract_links`' links, with ``parsed`` filled: the same links, resolved the
+    same way, kept in page order (a dict where the crawl alone keeps a set)."""
+    parsed.tree, parsed.base = document, base
+    hrefs = dict.fromkeys([node.attrs.get("href") or "" for node in link_nodes])
+    resolve = functools.partial(normalize_url, base=base) if general else LinkResolver(base).resolve
+    in_order = dict.fromkeys([resolve(href) for href in hrefs])
+    in_order.pop(None, None)
+    parsed.links = tuple(in_order)  # type: ignore[arg-type]  # None was popped
+    return in_order.keys()  # type: ignore[return-value]  # None was popped
 
 
 def _clean_label(label: str) -> str:

@@ -1,4 +1,5 @@
-"""The outputs: the one road for records to ``-o`` and exchanges to ``--warc``.
+"""The outputs: the one road for records to ``-o``, items to ``--items`` and exchanges to
+``--warc``.
 
 Theory of operation
 -------------------
@@ -26,7 +27,11 @@ JSON Lines.
 
 Records reach the writer synchronously from the core, the moment a URL finishes, and each
 is flushed before control returns to the event loop. So whatever ends the crawl (Ctrl-C,
-SIGTERM, the deadline, a crash) the file holds every finished URL as a whole line.
+SIGTERM, the deadline, a crash) the file holds every finished URL as a whole line. A page's
+items (what the page handler returned, one JSON line each) take the same road at the same
+moment, right after its record: so an items file is opened, cut back, caught up and
+appended to by the same rules as ``-o``, and a ``--state`` crawl reconciles it from the
+items it keeps with the records.
 
 The write is a plain blocking ``write`` + ``flush``. A line is a few hundred bytes going to
 a local file or a pipe; handing each to a worker thread (``trio.wrap_file``) would cost more
@@ -69,30 +74,40 @@ class JsonLinesWriter:
     for any write error.
     """
 
-    def __init__(self, stream: TextIO, *, name: str, owns_stream: bool) -> None:
+    def __init__(
+        self, stream: TextIO, *, name: str, owns_stream: bool, kind: str = "records"
+    ) -> None:
         self._stream = stream
         self._owns_stream = owns_stream
         self.name = name
+        # What its lines are, "records" or "items": a store that reconciles the file
+        # catches it up from the one or the other.
+        self.kind = kind
         self.failed = False
         # Called, from inside write_line, when the reader of a pipe went away (EPIPE). It
         # runs inside the core's decisions: it may take note, not act on the crawl.
         self.on_reader_gone: Callable[[], None] | None = None
 
     @classmethod
-    def open(cls, path: str, *, append: bool = False) -> JsonLinesWriter:
+    def open(cls, path: str, *, append: bool = False, kind: str = "records") -> JsonLinesWriter:
         """Open ``path`` for writing (``-`` is stdout). Raises OSError if it cannot be.
 
         ``append`` keeps what the file holds: a resumed crawl (``--state``) cuts it back
-        to what its state file says it held, and goes on from there.
+        to what its state file says it held, and goes on from there. ``kind`` says what
+        its lines are (:attr:`kind`).
         """
         if path == "-":
-            return cls(sys.stdout, name="<stdout>", owns_stream=False)
+            return cls(sys.stdout, name="<stdout>", owns_stream=False, kind=kind)
         stream = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
-        return cls(cast("TextIO", stream), name=path, owns_stream=True)
+        return cls(cast("TextIO", stream), name=path, owns_stream=True, kind=kind)
 
     def write(self, stat: FetchStatistic) -> None:
         """Write one record as a whole line and flush it."""
         self.write_line(stat.to_json())
+
+    def write_lines(self, lines: tuple[str, ...]) -> None:
+        """Write lines of JSON (without their newlines), each whole, and flush them."""
+        self.write_line("\n".join(lines))
 
     def write_line(self, line: str) -> None:
         """Write one record's JSON (without its newline) as a whole line, and flush it."""
@@ -131,9 +146,11 @@ class JsonLinesWriter:
 
 
 class RecordOutput(Protocol):
-    """An ``-o`` file as a store that reconciles it sees it: a text file it can cut back."""
+    """An ``-o`` or ``--items`` file as a store that reconciles it sees it: a text file it
+    can cut back, of records or of items (:attr:`JsonLinesWriter.kind`)."""
 
     name: str
+    kind: str
 
     def write_line(self, line: str) -> None: ...
 
@@ -158,14 +175,20 @@ class OutputFiles:
     Args:
         output: The ``-o`` path (``-`` for stdout), or None.
         warc: The ``--warc`` path, or None.
+        items: The ``--items`` path (``-`` for stdout), or None.
     """
 
-    def __init__(self, *, output: str | None, warc: str | None) -> None:
+    def __init__(
+        self, *, output: str | None = None, warc: str | None = None, items: str | None = None
+    ) -> None:
         self.output_path = output
         self.warc_path = warc
+        self.items_path = items
         self.records: JsonLinesWriter | None = None
+        self.items: JsonLinesWriter | None = None
         self.archive: WarcWriter | None = None
-        # For the -o file: called when the reader of its pipe went away (see JsonLinesWriter).
+        # For the -o and --items files: called when the reader of a pipe went away (see
+        # JsonLinesWriter).
         self.on_reader_gone: Callable[[], None] | None = None
 
     def check(self) -> None:
@@ -175,7 +198,11 @@ class OutputFiles:
             ConfigError: A path is a directory, or its directory does not exist or cannot
                 be written, or the file exists and cannot be written.
         """
-        for option, path in (("output", self.output_path), ("warc", self.warc_path)):
+        for option, path in (
+            ("output", self.output_path),
+            ("warc", self.warc_path),
+            ("items", self.items_path),
+        ):
             if path is None or path == "-":
                 continue
             problem = _unwritable(path)
@@ -190,13 +217,14 @@ class OutputFiles:
         """
         mode = store.output_mode
         keep = mode is not OutputMode.NEW
+        option, path = "output", self.output_path
         try:
             if self.output_path is not None:
-                if mode is OutputMode.APPEND and self.output_path != "-":
-                    _cut_partial_line(self.output_path)
-                self.records = JsonLinesWriter.open(self.output_path, append=keep)
-                self.records.on_reader_gone = self.on_reader_gone
-                store.attach_output(self.records)
+                self.records = self._open_lines(store, self.output_path, "records")
+            option, path = "items", self.items_path
+            if self.items_path is not None:
+                self.items = self._open_lines(store, self.items_path, "items")
+            option, path = "warc", self.warc_path
             if self.warc_path is not None:
                 from ._warc import WarcWriter, cut_partial_record
 
@@ -205,14 +233,27 @@ class OutputFiles:
                 self.archive = WarcWriter.open(self.warc_path, append=keep)
                 store.attach_archive(self.archive)
         except OSError as exc:
-            failed = self.warc_path if self.records is not None else self.output_path
-            option, path = ("warc" if self.records is not None else "output"), failed
             raise ConfigError(option, f"{path!r}: {exc.strerror or exc}") from None
+
+    def _open_lines(self, store: StoreShell, path: str, kind: str) -> JsonLinesWriter:
+        """Open a JSON Lines file as the store's mode says, and let the store reconcile it."""
+        mode = store.output_mode
+        if mode is OutputMode.APPEND and path != "-":
+            _cut_partial_line(path)
+        writer = JsonLinesWriter.open(path, append=mode is not OutputMode.NEW, kind=kind)
+        writer.on_reader_gone = self.on_reader_gone
+        store.attach_output(writer)
+        return writer
 
     def write_record(self, record: FetchStatistic) -> None:
         """``on_record``: one record, as a whole line."""
         if self.records is not None:
             self.records.write(record)
+
+    def write_items(self, lines: tuple[str, ...]) -> None:
+        """``on_items``: one page's items, each a whole line, right after its record."""
+        if self.items is not None:
+            self.items.write_lines(lines)
 
     def write_exchange(self, exchange: Exchange) -> None:
         """``on_exchange``: one attempt's WARC records."""
@@ -221,7 +262,7 @@ class OutputFiles:
 
     def close(self) -> None:
         """Close what was opened."""
-        for opened in (self.records, self.archive):
+        for opened in (self.records, self.items, self.archive):
             if opened is not None:
                 opened.close()
 

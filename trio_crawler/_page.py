@@ -23,6 +23,11 @@ Some rules carry a value after a colon themselves (``unavailable_after: 25 Jun 2
 name is ours when it is our product token, compared as robots.txt compares them
 (case-insensitively, cut at the first character that is not a letter, ``-`` or ``_``, so
 ``trio-crawler/0.2`` is ours too).
+
+A crawl with a page handler asks for more (``for_handler``): the parse the links came from,
+the URL they resolve against and the in-scope links in page order, for the handler's
+:class:`~trio_crawler._handler.Page`. A page that a header rules out is not parsed here then
+either: the handler parses it if it asks for the tree.
 """
 
 from __future__ import annotations
@@ -34,8 +39,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from ._events import describe_exception
-from ._frontier import Offer
-from ._links import PARSED_MEDIA_TYPES, choose_encoding, extract_links, parse_content_type
+from ._frontier import Completion, Offer
+from ._links import (
+    PARSED_MEDIA_TYPES,
+    ParsedDocument,
+    choose_encoding,
+    extract_links,
+    parse_content_type,
+)
 from ._robots import PRODUCT_TOKEN
 from ._sitemaps import MAX_SITEMAP_LEVELS, read_sitemap
 from ._stats import FetchStatistic
@@ -43,8 +54,10 @@ from ._urls import normalize_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+    from collections.abc import Set as AbstractSet
 
-    from ._events import FetchError, Response
+    from ._config import CrawlConfig
+    from ._events import FetchError, FetchRequest, Response
     from ._urls import Scope
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -77,12 +90,15 @@ class PageReading:
         too_long: Links skipped for being longer than ``--max-url-length``.
         nofollow: The page asked not to have its links followed (a robots ``<meta>`` or an
             ``X-Robots-Tag`` header), and was obeyed: it has no links, and none are too long.
+        parsed: For a page handler (``read_page(for_handler=True)``), a page read for links:
+            the parse, the base, and :attr:`links` in page order; None otherwise.
     """
 
     record: FetchStatistic
     links: tuple[str, ...] = ()
     too_long: int = 0
     nofollow: bool = False
+    parsed: ParsedDocument | None = None
 
     def with_new(self, count: int) -> FetchStatistic:
         """The record, with ``count`` of its links new to the crawl."""
@@ -97,6 +113,7 @@ def read_page(
     max_url_length: int,
     obey_robots: bool = True,
     x_robots_tags: Sequence[str] = (),
+    for_handler: bool = False,
 ) -> PageReading:
     """Read a response that is not a redirect into a record and its in-scope links.
 
@@ -112,6 +129,7 @@ def read_page(
         max_url_length: Links longer than this are counted (``too_long``), not kept.
         obey_robots: Heed the page's robots directives; False for ``--ignore-robots``.
         x_robots_tags: The response's ``X-Robots-Tag`` header values, one per header line.
+        for_handler: Keep what a page handler is given (:attr:`PageReading.parsed`).
     """
     if response.status != 200:
         return PageReading(
@@ -120,9 +138,12 @@ def read_page(
     media_type, charset = parse_content_type(response.content_type)
     parsed = media_type in PARSED_MEDIA_TYPES
     encoding = choose_encoding(response.body if parsed else b"", charset)
-    links: set[str] = set()
+    links: AbstractSet[str] = set()
     exception = None
     nofollow = False
+    document = ParsedDocument() if parsed and for_handler else None
+    if document is not None:
+        document.base = url
     if parsed:
         if obey_robots and _header_says_nofollow(x_robots_tags):
             nofollow = True  # decided before the parse, which it spares
@@ -130,7 +151,12 @@ def read_page(
             robots_meta: list[str] | None = [] if obey_robots else None
             try:
                 links = extract_links(
-                    response.body, url, encoding, normalized=True, robots_meta=robots_meta
+                    response.body,
+                    url,
+                    encoding,
+                    normalized=True,
+                    robots_meta=robots_meta,
+                    parsed=document,
                 )
             except Exception as exc:
                 LOGGER.exception("could not extract links from %s", url)
@@ -148,6 +174,8 @@ def read_page(
             in_scope.append(link)
     if too_long:
         LOGGER.debug("skipped %d links longer than %d on %s", too_long, max_url_length, url)
+    if document is not None:  # the handler's links: extract_links kept them in page order
+        document.links = tuple(in_scope)
     if in_scope:
         LOGGER.debug("got %d distinct urls from %s", len(in_scope), url)
         in_scope.sort()
@@ -160,7 +188,50 @@ def read_page(
         encoding=encoding,
         num_urls=len(in_scope),
     )
-    return PageReading(record=record, links=tuple(in_scope), too_long=too_long, nofollow=nofollow)
+    return PageReading(
+        record=record,
+        links=tuple(in_scope),
+        too_long=too_long,
+        nofollow=nofollow,
+        parsed=document,
+    )
+
+
+def page_completion(
+    request: FetchRequest,
+    reading: PageReading,
+    response: Response,
+    config: CrawlConfig,
+    items: tuple[str, ...] = (),
+) -> Completion:
+    """A page done, as one change to the frontier: its record, the links it offers one
+    hop deeper (only counted beyond ``--max-depth``), what a recrawl keeps of it, and the
+    items its handler made (JSON lines)."""
+    depth = request.depth + 1
+    offers: tuple[Offer, ...] = ()
+    if reading.links:
+        # Links beyond --max-depth are only counted (the new ones), not queued.
+        beyond = config.max_depth is not None and depth > config.max_depth
+        offers = (
+            Offer(
+                reading.links,
+                depth=depth,
+                redirects_left=config.max_redirect,
+                queue=not beyond,
+            ),
+        )
+    # What a recrawl needs of a page it may find unchanged.
+    stored_links = reading.links if reading.record.status in (200, 304) else None
+    return Completion(
+        request,
+        True,
+        reading.record,
+        offers,
+        links=stored_links,
+        etag=response.etag,
+        last_modified=response.last_modified,
+        items=items,
+    )
 
 
 def _meta_says_nofollow(contents: Iterable[str]) -> bool:
@@ -351,3 +422,24 @@ def sitemap_offers(
             )
         )
     return tuple(offers)
+
+
+def root_sitemaps(origin: str, named: tuple[str, ...], config: CrawlConfig) -> tuple[Offer, int]:
+    """A root origin's sitemaps, to queue first in its line: those its robots.txt names,
+    or ``/sitemap.xml`` when it names none. Each must be in scope and no longer than
+    ``--max-url-length``, like any link; the second value counts those that were longer."""
+    base = origin + "/"
+    urls = [normalize_url(url, base) for url in named] or [origin + "/sitemap.xml"]
+    sitemaps: list[str] = []
+    too_long = 0
+    for url in urls:
+        if url is None or not config.scope.allows(url):
+            continue
+        if len(url) > config.max_url_length:
+            too_long += 1
+        else:
+            sitemaps.append(url)
+    offer = Offer(
+        tuple(sitemaps), depth=0, redirects_left=config.max_redirect, sitemap=1, first=True
+    )
+    return offer, too_long

@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ._events import FetchError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._events import FetchRequest, Response
+    from ._events import FetchRequest, Outcome, Response
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -97,3 +99,12 @@ def retry_wait(
         wait,
     )
     return wait
+
+
+def pushes_back(outcome: Outcome) -> bool:
+    """Whether an attempt's outcome says its server is overloaded or limiting this client:
+    a :data:`PUSHBACK_STATUSES` answer, or a network error worth a retry (refused, reset,
+    timed out). The origin's pace learns from it (:mod:`trio_crawler._pace`)."""
+    if isinstance(outcome, FetchError):
+        return outcome.retryable
+    return outcome.status in PUSHBACK_STATUSES

@@ -26,7 +26,9 @@ An engine drives it in three calls:
    attempt now, a :class:`~trio_crawler._events.Recorded` URL, a request
    :class:`~trio_crawler._events.Requeued` to wait out its host's delay, or
    :class:`~trio_crawler._events.RobotsSettled`. Links found on a page and redirect targets
-   join the frontier here.
+   join the frontier here. A crawl with a page handler gets a page read for links back as
+   :class:`~trio_crawler._events.PageRead`, and hands over its handler's outcome with
+   ``page_handled(...)``.
 3. ``finished`` is true when nothing is queued and nothing is in flight. This count of
    pending work replaces ``Queue.join()``: the engine that sees it true ends its workers.
 
@@ -71,6 +73,7 @@ from ._events import (
     FetchError,
     FetchRequest,
     Outcome,
+    PageRead,
     Recorded,
     Requeued,
     Response,
@@ -81,13 +84,15 @@ from ._events import (
 from ._frontier import Completion, Disallowed, Offer, OutOfBudget, Settled, Unfetchable
 from ._page import (
     PageReading,
+    page_completion,
     read_failure,
     read_page,
     read_sitemap_response,
     redirect_target,
+    root_sitemaps,
     sitemap_offers,
 )
-from ._retry_policy import PUSHBACK_STATUSES, RETRY_STATUSES, retry_wait
+from ._retry_policy import RETRY_STATUSES, pushes_back, retry_wait
 from ._robots import RobotsRules, origin_of
 from ._stats import FetchStatistic
 from ._urls import normalize_url
@@ -97,6 +102,7 @@ if TYPE_CHECKING:
 
     from ._config import CrawlConfig
     from ._frontier import Frontier, Resumed
+    from ._handler import Handled
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -119,6 +125,10 @@ class CrawlState:
         keep_records: Keep the records in :attr:`done`; by default only when not
             ``resumed`` (a durable store keeps them itself, so memory does not grow).
         jitter_source: Where a backoff's jitter is drawn from (:attr:`jitter_source`).
+        hand_pages: The crawl has a page handler: a page read for links is answered
+            :class:`~trio_crawler._events.PageRead`, for the engine to run the handler on.
+        on_items: Called with a page's items (JSON lines) right after its record is passed
+            to ``on_record``, when it has any. It must not raise.
 
     Attributes:
         jitter_source: A ``random.Random`` each backoff draws its jitter from: by default
@@ -136,6 +146,8 @@ class CrawlState:
         resumed: Resumed | None = None,
         keep_records: bool | None = None,
         jitter_source: random.Random | None = None,
+        hand_pages: bool = False,
+        on_items: Callable[[tuple[str, ...]], None] | None = None,
     ) -> None:
         self.config = config
         self.frontier = frontier
@@ -146,6 +158,8 @@ class CrawlState:
         self.limit_counts: Counter[str] = Counter()
         self.limit_reached: str | None = None
         self._on_record = on_record
+        self._on_items = on_items
+        self._hand_pages = hand_pages
         # URLs handed out for their first attempt, or settled unfetched: the max_pages budget.
         self._started = 0
         # Records by kind (the report's classes), for the progress line's error and fail.
@@ -260,11 +274,7 @@ class CrawlState:
         Raises:
             RuntimeError: If ``request`` is not in flight (an engine bug).
         """
-        if not self.frontier.is_leased(request):
-            raise RuntimeError(
-                f"{request.url} is not in flight; an engine finished it twice or never "
-                "got it from next_request()"
-            )
+        self._check_in_flight(request)
         if isinstance(request, RobotsRequest):
             return self._robots_finished(request, outcome, now)
         if self._starts is not None:
@@ -289,6 +299,13 @@ class CrawlState:
         if request.sitemap:
             return self._sitemap(request, outcome)
         return self._page(request, outcome)
+
+    def _check_in_flight(self, request: FetchRequest) -> None:
+        if not self.frontier.is_leased(request):
+            raise RuntimeError(
+                f"{request.url} is not in flight; an engine finished it twice or never "
+                "got it from next_request()"
+            )
 
     def put_back(self, request: FetchRequest) -> None:
         """Return a request that was handed out but never attempted, to be handed out again.
@@ -350,11 +367,7 @@ class CrawlState:
         started = self._starts.pop(request.url, None)
         if started is None:
             return
-        if isinstance(outcome, FetchError):
-            pushback = outcome.retryable
-        else:
-            pushback = outcome.status in PUSHBACK_STATUSES
-        self.frontier.answered(request, pushback=pushback, started=started, now=now)
+        self.frontier.answered(request, pushback=pushes_back(outcome), started=started, now=now)
 
     def counters(self) -> dict[str, int]:
         """The report's limit counters, ``slowed_origins`` as the frontier counts it."""
@@ -399,7 +412,7 @@ class CrawlState:
         self.frontier.retry_later(retry, not_before=now + wait, now=now)
         return Requeued(retry)
 
-    def _redirected(self, request: FetchRequest, response: Response) -> Recorded | Committing:
+    def _redirected(self, request: FetchRequest, response: Response) -> AttemptResult:
         assert response.location is not None
         target = redirect_target(response.location, request.url)
         if target is None:
@@ -429,7 +442,7 @@ class CrawlState:
             LOGGER.warning("redirect limit reached for %s from %s", target, request.url)
         return self._settle(Completion(request, True, record, offers, counts_new=False))
 
-    def _page(self, request: FetchRequest, response: Response) -> Recorded | Committing:
+    def _page(self, request: FetchRequest, response: Response) -> AttemptResult:
         config = self.config
         known = request.known
         if response.status == 304 and known is not None:
@@ -451,36 +464,28 @@ class CrawlState:
                 max_url_length=config.max_url_length,
                 obey_robots=config.obey_robots,
                 x_robots_tags=response.x_robots_tags,
+                for_handler=self._hand_pages,
             )
         if reading.nofollow:
             self.limit_counts[NOFOLLOW_PAGES] += 1
         if reading.too_long:
             self.limit_counts[LINKS_TOO_LONG] += reading.too_long
-        depth = request.depth + 1
-        offers: tuple[Offer, ...] = ()
-        if reading.links:
-            # Links beyond --max-depth are only counted (the new ones), not queued.
-            beyond = config.max_depth is not None and depth > config.max_depth
-            offers = (
-                Offer(
-                    reading.links,
-                    depth=depth,
-                    redirects_left=config.max_redirect,
-                    queue=not beyond,
-                ),
-            )
-        # What a recrawl needs of a page it may find unchanged.
-        stored_links = reading.links if reading.record.status in (200, 304) else None
+        if reading.parsed is not None:  # only with a handler: the engine runs it first
+            return PageRead(request, response, reading)
+        return self._settle(page_completion(request, reading, response, self.config))
+
+    def page_handled(self, read: PageRead, handled: Handled) -> Recorded | Committing:
+        """Take what the page handler made of a page the core answered :class:`PageRead`
+        for: the links to queue and the items, or the error it raised. The answer is as
+        :meth:`attempt_finished`'s for a page.
+
+        Raises:
+            RuntimeError: If the page's request is not in flight (an engine bug).
+        """
+        self._check_in_flight(read.request)
+        reading = handled.reading(read.reading)
         return self._settle(
-            Completion(
-                request,
-                True,
-                reading.record,
-                offers,
-                links=stored_links,
-                etag=response.etag,
-                last_modified=response.last_modified,
-            )
+            page_completion(read.request, reading, read.response, self.config, handled.items)
         )
 
     def _settle(self, completion: Completion) -> Recorded | Committing:
@@ -514,6 +519,8 @@ class CrawlState:
         self._kinds[record.kind] += 1
         if self._on_record is not None:
             self._on_record(record)
+        if completion.items and self._on_items is not None:
+            self._on_items(completion.items)
         return Recorded(record)
 
     # -- robots.txt ---------------------------------------------------------------------
@@ -561,20 +568,10 @@ class CrawlState:
         """Queue a root origin's sitemaps first in its line: those robots.txt names, or
         ``/sitemap.xml`` when it names none. Each must be in scope and no longer than
         ``--max-url-length``, like any link."""
-        base = origin + "/"
-        urls = [normalize_url(url, base) for url in named] or [origin + "/sitemap.xml"]
-        sitemaps = []
-        for url in urls:
-            if url is None or not self.config.scope.allows(url):
-                continue
-            if len(url) > self.config.max_url_length:
-                self.limit_counts[LINKS_TOO_LONG] += 1
-            else:
-                sitemaps.append(url)
-        LOGGER.debug("sitemaps of %s: %s", origin, sitemaps)
-        offer = Offer(
-            tuple(sitemaps), depth=0, redirects_left=self.config.max_redirect, sitemap=1, first=True
-        )
+        offer, too_long = root_sitemaps(origin, named, self.config)
+        if too_long:
+            self.limit_counts[LINKS_TOO_LONG] += too_long
+        LOGGER.debug("sitemaps of %s: %s", origin, offer.urls)
         self._offer((offer,))
 
     def _sitemap(self, request: FetchRequest, response: Response) -> Recorded | Committing:

@@ -11,18 +11,20 @@ are :mod:`trio_crawler._statefile_checks`'s. How a crawl uses the file (a window
 queue in memory, group commit, when a URL counts as done) is the SQLite store's,
 :mod:`trio_crawler._store_sqlite`.
 
-What a transaction holds. A batch carries the URLs done with their records and their links
-``INSERT OR IGNORE``d (whose new rows are the answer to "how many were new"), the origins'
-robots.txt rules and waits, the URLs robots.txt turned away, and how far each output file
-had got; all of it commits together or not at all. The file is SQLite in WAL mode with
-``synchronous=NORMAL``: a SIGKILL loses no committed transaction, and a power loss may lose
-the last few (their URLs are fetched again), never corrupt the file.
+What a transaction holds. A batch carries the URLs done with their records (and the items a
+page handler made of each page) and their links ``INSERT OR IGNORE``d (whose new rows are the
+answer to "how many were new"), the origins' robots.txt rules and waits, the URLs robots.txt
+turned away, and how far each output file had got; all of it commits together or not at
+all. A page's items are thus kept exactly when its record is. The file is SQLite in WAL mode
+with ``synchronous=NORMAL``: a SIGKILL loses no committed transaction, and a power loss may
+lose the last few (their URLs are fetched again), never corrupt the file.
 
 Outputs. Each transaction can store how far each output had got (its size and the last
-record written to it). On resume an output is cut back to that size and the records after
-that one are written again (see :mod:`trio_crawler._output`), so it ends with exactly one
-line per record however the last run ended. A WARC file is cut back to its stored size: a
-URL fetched again may appear twice in it, as WARC allows, and the file stays valid.
+record written to it). On resume an output is cut back to that size and the records (or,
+for an ``--items`` file, the items of the records) after that one are written again (see
+:mod:`trio_crawler._output`), so it ends with exactly one line per record (each page's
+items once) however the last run ended. A WARC file is cut back to its stored size: a URL
+fetched again may appear twice in it, as WARC allows, and the file stays valid.
 """
 
 from __future__ import annotations
@@ -248,6 +250,16 @@ class StateFile:
                 (self.pass_number, after),
             )
 
+    def items(self, after: int = 0) -> Iterator[tuple[int, str]]:
+        """This pass's items (record id, the page's lines joined by newlines) after record
+        ``after``, in the order the records were made."""
+        with self._reading() as db:
+            yield from db.execute(
+                "SELECT i.record, i.lines FROM items AS i JOIN records AS r ON r.id = i.record"
+                " WHERE r.pass = ? AND i.record > ? ORDER BY i.record",
+                (self.pass_number, after),
+            )
+
     def seen(self) -> set[str]:
         """Every URL the file knows."""
         with self._reading() as db:
@@ -340,6 +352,7 @@ class StateFile:
             records: list[tuple[int, str]] = []
             done: list[str] = []
             record_rows: list[list[Any]] = []
+            item_rows: list[list[Any]] = []
             pages: list[list[Any]] = []
             new_rows = 0
             for index, completion in enumerate(batch.completions):
@@ -363,6 +376,8 @@ class StateFile:
                     [self._next_record, pass_number, record.exception is not None, line]
                 )
                 records.append((self._next_record, line))
+                if completion.items:
+                    item_rows.append([self._next_record, "\n".join(completion.items)])
                 if completion.links is not None:
                     pages.append(
                         [
@@ -384,6 +399,12 @@ class StateFile:
                     " json_extract(value, '$[1]'), json_extract(value, '$[2]'),"
                     " json_extract(value, '$[3]') FROM json_each(?)",
                     (json.dumps(record_rows),),
+                )
+            if item_rows:
+                db.execute(
+                    "INSERT INTO items SELECT json_extract(value, '$[0]'),"
+                    " json_extract(value, '$[1]') FROM json_each(?)",
+                    (json.dumps(item_rows),),
                 )
             if pages:
                 db.execute(

@@ -28,6 +28,8 @@ from ._stats import FetchStatistic
 
 # Identifies the file as ours ("TCrw") and its layout; another SQLite file is refused.
 APPLICATION_ID = 0x54437277
+# 2: the items table (a page handler's items, kept with their page's record), and
+# the origins' robots_at and pace.
 SCHEMA_VERSION = 2
 
 # URL states in the file.
@@ -56,6 +58,10 @@ CREATE TABLE records (
     pass INTEGER NOT NULL,
     failed INTEGER NOT NULL,
     json TEXT NOT NULL
+);
+CREATE TABLE items (
+    record INTEGER PRIMARY KEY,
+    lines TEXT NOT NULL
 );
 CREATE TABLE origins (
     origin TEXT PRIMARY KEY,
@@ -97,6 +103,19 @@ class OriginNote:
     wait_until: float | None
     robots_at: float | None = None
     pace: str | None = None
+
+
+def items_from_text(text: object) -> str | None:
+    """A row of the items table as the lines it writes to ``--items`` (joined by
+    newlines), or None if any of them is not the JSON object a handler's item is."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        if all(isinstance(json.loads(line), dict) for line in text.split("\n")):
+            return text
+    except ValueError:
+        pass
+    return None
 
 
 def record_from_line(line: object) -> FetchStatistic | None:

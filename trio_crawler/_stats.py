@@ -1,8 +1,9 @@
 """The contract's record, FetchStatistic, and the report's counters.
 
-One FetchStatistic is made per URL that finished, fetched or given up on. Its nine field
-names are the chapter's and are part of the public contract (the CLI writes them as JSON
-Lines; scripts read them), so the dataclass is frozen and its field order fixed.
+One FetchStatistic is made per URL that finished, fetched or given up on. Its first nine
+field names are the chapter's; they and the ones after them are part of the public contract
+(the CLI writes them as JSON Lines; scripts read them), so the dataclass is frozen and its
+field order fixed.
 
 Every count of records by what became of them is made here, from one definition: a
 record's :attr:`FetchStatistic.kind`. The report's counters (:func:`count_records`), the
@@ -42,6 +43,8 @@ class FetchStatistic:
         encoding: For status 200, the charset used to decode the page, else None.
         num_urls: Distinct in-scope links on the page.
         num_new_urls: Of those, how many had not been seen before this page.
+        handler_error: None, or ``"ExceptionClassName: message"`` when the page handler
+            raised for this page (its items were dropped; its links were still queued).
     """
 
     url: str
@@ -53,6 +56,7 @@ class FetchStatistic:
     encoding: str | None = None
     num_urls: int = 0
     num_new_urls: int = 0
+    handler_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON object of the contract, keys in contract order."""
@@ -111,4 +115,6 @@ def count_records(records: Iterable[FetchStatistic]) -> Counter[str]:
             counters[f"{kind}_bytes"] += stat.size
         if kind in ("error", "not_modified"):
             counters[f"status_{stat.status}"] += 1
+        if stat.handler_error is not None:
+            counters["handler_error"] += 1
     return counters

@@ -57,7 +57,7 @@ from ._pace import Pace
 from ._robots import RobotsRules, origin_of
 from ._scheduler import OriginScheduler
 from ._statefile import Batch, Committed, StateFile
-from ._statefile_rows import OriginNote, record_from_line, request_from_row
+from ._statefile_rows import OriginNote, items_from_text, record_from_line, request_from_row
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -293,9 +293,9 @@ class StoredFrontier:
         return
 
     def attach_output(self, output: RecordOutput) -> None:
-        """Cut ``output`` back to what the file says it held, write the records it missed,
-        and store its position with the transactions from now on (see
-        :mod:`trio_crawler._statefile`)."""
+        """Cut ``output`` back to what the file says it held, write the records (or, for
+        an items file, the items) it missed, and store its position with the transactions
+        from now on (see :mod:`trio_crawler._statefile`)."""
         mark = self.file.mark(output.name)
         size, last = mark if mark is not None else (0, 0)
         position = output.position()
@@ -305,9 +305,17 @@ class StoredFrontier:
             # Shorter than it was (a power loss lost its tail): write it again whole.
             size, last = 0, 0
         output.truncate(size)
-        for _, line in self.file.records(after=last):
-            if record_from_line(line) is not None:  # a row that is no record is not copied
-                output.write_line(str(line))
+        if output.kind == "items":
+            for record_id, text in self.file.items(after=last):
+                lines = items_from_text(text)
+                if lines is None:  # a row that is no page's items is not copied
+                    LOGGER.warning("state file: the items of record %d are damaged", record_id)
+                else:
+                    output.write_line(lines)
+        else:
+            for _, line in self.file.records(after=last):
+                if record_from_line(line) is not None:  # a row that is no record: not copied
+                    output.write_line(str(line))
         self._outputs.append(output)
 
     def attach_archive(self, archive: ArchiveOutput) -> None:

@@ -70,11 +70,12 @@ def stored_crawl_now(*, state: str | None, roots: Sequence[str]) -> StoredCrawl 
     return stored_crawl(state, roots=roots)
 
 
-def check_output(options: CrawlOptions, output: str | None) -> None:
-    """Refuse an ``-o`` file that the store would cut back to hold another pass's records:
-    with ``state``, a file that holds the records of an earlier pass (a ``--recrawl`` is a
-    new pass, and each pass writes a file of its own). The memory store writes a new file
-    by design, and a shared frontier's process appends to its own.
+def check_output(options: CrawlOptions, output: str | None, *, option: str = "output") -> None:
+    """Refuse an ``-o`` file (or the ``option`` file, ``items``) that the store would cut
+    back to hold another pass's lines: with ``state``, a file that holds those of an
+    earlier pass (a ``--recrawl`` is a new pass, and each pass writes a file of its own).
+    The memory store writes a new file by design, and a shared frontier's process appends
+    to its own.
 
     Only looks, before anything is opened for writing (see :mod:`trio_crawler._output`).
 
@@ -87,8 +88,9 @@ def check_output(options: CrawlOptions, output: str | None) -> None:
 
     earlier = earlier_pass_written(options.state, output, recrawl=options.recrawl)
     if earlier is not None:
+        what = "records" if option == "output" else option
         raise ConfigError(
-            "output", f"{output} holds the records of pass {earlier}; give a new file for this pass"
+            option, f"{output} holds the {what} of pass {earlier}; give a new file for this pass"
         )
 
 

@@ -247,3 +247,16 @@ def test_a_stopping_crawl_retries_what_is_in_flight_at_once() -> None:
     retry = finish(state, request, refused, now=0.1)
     assert retry is not None
     assert retry.attempt == 2
+
+
+def test_the_delay_after_robots_txt_runs_from_its_answer_on_every_store() -> None:
+    """A robots.txt that took 0.4 s (a new connection in a crawl's first burst) reached the
+    server late: the first page goes a whole delay after its answer, not after its start,
+    so the server never sees the two closer than the delay."""
+    state, _ = make_state(delay=1.0, adapt=False)
+    robots = take(state, now=0.0)
+    assert robots.robots
+    assert finish(state, robots, Response(status=404, body=b""), now=0.4) is None
+    assert state.next_request(now=1.0) is None
+    assert state.next_wakeup() == pytest.approx(1.4)
+    assert not take(state, now=1.4).robots

@@ -393,9 +393,9 @@ class OriginScheduler:
     ) -> None:
         """An origin's robots.txt is decided: its ``rules``, or the ``failure`` to fetch it.
 
-        ``delay``, if given, is the origin's new delay between requests (a ``Crawl-delay``
-        longer than ``--delay``), and runs from ``now``.
-        """
+        ``delay``, if given, is its new delay (a ``Crawl-delay`` over ``--delay``). The delay
+        runs from ``now``, the answer's end: a robots.txt that reached the server late (a new
+        connection, a crawl's first burst) is not followed by a page less than it after."""
         origin = self._origins[request.origin]
         self._started_now(origin, request)
         origin.in_flight -= 1
@@ -410,7 +410,7 @@ class OriginScheduler:
             self._set_robots(origin, RobotsState.FAILED)
         if delay is not None:
             origin.delay = delay
-            origin.next_start = max(origin.next_start, now + delay)
+        origin.next_start = max(origin.next_start, now + origin.spacing())
         self._make_ready(origin)
 
     def _stale(self, origin: Origin, now: float) -> bool:

@@ -388,10 +388,11 @@ for i, op in ipairs(ops) do
         redis.call('HSET', ok, 'rb', 'u')
       else
         redis.call('HSET', ok, 'rb', op.st, 'rt', op.rt or '', 'rf', op.rf or '', 'ra', now)
-        if op.dl then
-          local nx = tonumber(redis.call('HGET', ok, 'nx')) or 0
-          redis.call('HSET', ok, 'dl', op.dl, 'nx', math.max(nx, now + op.dl))
-        end
+        if op.dl then redis.call('HSET', ok, 'dl', op.dl) end
+        -- The delay runs from the answer's end (see OriginScheduler.robots_settled).
+        local h = redis.call('HMGET', ok, 'nx', 'dl', 'pg')
+        local nx = tonumber(h[1]) or 0
+        redis.call('HSET', ok, 'nx', math.max(nx, now + spacing_of(h[2], h[3])))
       end
       make_ready(op.o)
       result = 1

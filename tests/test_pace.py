@@ -19,6 +19,7 @@ from trio_crawler._counts import SLOWED_ORIGINS
 from trio_crawler._events import FetchError, FetchRequest, Response
 from trio_crawler._pace import GAP_FLOOR, INITIAL_WINDOW, Pace, PaceSignal
 from trio_crawler._robots import ROBOTS_MAX_AGE, RobotsRules
+from trio_crawler._state import CrawlState
 
 from support import finish
 
@@ -260,3 +261,36 @@ def test_the_delay_after_robots_txt_runs_from_its_answer_on_every_store() -> Non
     assert state.next_request(now=1.0) is None
     assert state.next_wakeup() == pytest.approx(1.4)
     assert not take(state, now=1.4).robots
+
+
+def open_delayed(**options: object) -> CrawlState:
+    state, _ = make_state(delay=1.0, adapt=False, **options)
+    robots = take(state, now=0.0)
+    assert finish(state, robots, Response(status=404, body=b""), now=0.0) is None
+    root = take(state, now=1.0)
+    assert finish(state, root, pages(5), now=1.1) is None
+    return state
+
+
+def test_one_at_a_time_the_delay_runs_from_each_answer_on_every_store() -> None:
+    """With --max-per-host 1 the server never sees two requests closer than the delay,
+    however late the first reached it: the next starts a delay after the answer."""
+    state = open_delayed(max_per_host=1)
+    first = take(state, now=2.1)
+    assert finish(state, first, pages(0), now=2.4) is None
+    assert state.next_request(now=3.1) is None
+    assert not take(state, now=3.4).robots
+
+
+def test_an_attempt_longer_than_the_delay_holds_the_next_a_delay_after_its_end(
+    request: pytest.FixtureRequest,
+) -> None:
+    if request.getfixturevalue("store") == "redis":
+        pytest.skip("on a shared frontier the rule is --max-per-host 1's (docs/manners.md)")
+    state = open_delayed()
+    first = take(state, now=2.1)
+    assert finish(state, first, pages(0), now=3.6) is None  # 1.5 s: over the delay
+    assert state.next_request(now=3.6) is None
+    second = take(state, now=4.6)
+    assert finish(state, second, pages(0), now=4.7) is None
+    assert not take(state, now=5.6).robots  # a prompt one: the delay from its start

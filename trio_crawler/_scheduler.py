@@ -429,13 +429,13 @@ class OriginScheduler:
     def answered(
         self, request: FetchRequest, *, pushback: bool, started: float, now: float
     ) -> str | None:
-        """An attempt for ``request``, in flight, got an answer (``pushback``: a 429 or a
-        503, a timeout or a failed connection): its origin's pace learns from it. Returns
-        why the pace changed, logged here at INFO, or None.
-
-        Call it before the request is completed, retried or put back.
-        """
+        """An attempt in flight ended at ``now`` (``pushback``: a 429 or 503, a timeout, a
+        failed connection): the pace learns (its change, logged, is returned), and with a
+        delay and one request at a time, or an attempt over the delay, the next waits a
+        delay after this end (docs/manners.md). Call it before the request leaves."""
         origin = self._origin(request)
+        if origin.delay and (self._max_per_host == 1 or now - started > origin.delay):
+            origin.next_start = max(origin.next_start, now + origin.delay)
         pace = origin.pace
         if pace is None or (not pushback and pace.idle(now - started)):
             return None

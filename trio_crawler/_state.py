@@ -168,9 +168,8 @@ class CrawlState:
         # Records the earlier runs of a resumed crawl made: not this run's (records_made).
         self._recorded_before = 0
         self._scheduling = True
-        # When each page's attempt in flight started, for its origin's pace (--no-adapt:
-        # not kept).
-        self._starts: dict[str, float] | None = {} if config.adapt else None
+        # When each page's attempt in flight started: for its origin's pace and delay.
+        self._starts: dict[str, float] = {}
         # Sitemaps are read for the roots' origins only: robots.txt names them per origin.
         self._root_origins = frozenset(origin_of(root) for root in config.roots)
         if resumed is not None:
@@ -251,8 +250,7 @@ class CrawlState:
         start keeps requests to one host ``delay`` apart however long they waited.
         """
         self.frontier.started(request, now=now)
-        if self._starts is not None:
-            self._starts[request.url] = now
+        self._starts[request.url] = now
 
     def attempt_finished(
         self, request: FetchRequest, outcome: Outcome, *, now: float
@@ -277,8 +275,7 @@ class CrawlState:
         self._check_in_flight(request)
         if isinstance(request, RobotsRequest):
             return self._robots_finished(request, outcome, now)
-        if self._starts is not None:
-            self._learn(request, outcome, now)
+        self._learn(request, outcome, now)
         if isinstance(outcome, FetchError):
             retry = self._retry(request, outcome)
             if retry is None:
@@ -362,8 +359,7 @@ class CrawlState:
     # -- decisions ------------------------------------------------------------------------
 
     def _learn(self, request: FetchRequest, outcome: Outcome, now: float) -> None:
-        """The origin's pace takes the answer (before the request leaves the flight)."""
-        assert self._starts is not None
+        """The origin's pace and delay take the answer (before it leaves the flight)."""
         started = self._starts.pop(request.url, None)
         if started is None:
             return

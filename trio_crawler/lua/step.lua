@@ -347,6 +347,13 @@ for i, op in ipairs(ops) do
       o = o or op.o
       clear_unstarted(o, op.u)
       unlease(op.u, o)
+      -- One at a time with a delay: the next waits a delay after this one's end
+      -- (OriginScheduler.answered), as its request may have reached the server late.
+      local dl = tonumber(redis.call('HGET', okey(o), 'dl')) or 0
+      if dl > 0 and mph == 1 then
+        local nx = tonumber(redis.call('HGET', okey(o), 'nx')) or 0
+        redis.call('HSET', okey(o), 'nx', math.max(nx, now + dl))
+      end
       make_ready(o)
     elseif st == 'q' then
       -- Queued again after its lease ran out: its entry is skipped when it comes up.

@@ -46,6 +46,8 @@ class FetchRequest:
             robots.txt names (or ``/sitemap.xml``), 2 for one that an index of level 1
             names, and so on.
         known: In a recrawl, what the last pass kept of this URL (conditional requests).
+        referrer: The URL through which this URL was first queued (the page that links to
+            it, the sitemap that lists it, the redirect that points to it); None for a root.
         robots: True for a :class:`RobotsRequest` (a class attribute, so a million queued
             requests don't each carry it).
     """
@@ -57,6 +59,7 @@ class FetchRequest:
     depth: int = 0
     sitemap: int = 0
     known: KnownPage | None = None
+    referrer: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -315,6 +315,42 @@ def redirect_target(location: str, base: str) -> str | None:
     return other
 
 
+def root_sitemaps(
+    origin: str,
+    named: tuple[str, ...],
+    *,
+    robots: str | None,
+    scope: Scope,
+    max_url_length: int,
+    max_redirect: int,
+) -> tuple[Offer, int]:
+    """What a root origin offers as its sitemaps, to be queued first in its line: those
+    its robots.txt (at ``robots``, their referrer) ``named``, or ``/sitemap.xml`` when it
+    names none (with no referrer: found as a root is); and how many were longer than
+    ``max_url_length``. Each must be in scope and no longer than that, like any link."""
+    base = origin + "/"
+    urls = [normalize_url(url, base) for url in named] or [origin + "/sitemap.xml"]
+    sitemaps = []
+    too_long = 0
+    for url in urls:
+        if url is None or not scope.allows(url):
+            continue
+        if len(url) > max_url_length:
+            too_long += 1
+        else:
+            sitemaps.append(url)
+    LOGGER.debug("sitemaps of %s: %s", origin, sitemaps)
+    offer = Offer(
+        tuple(sitemaps),
+        depth=0,
+        redirects_left=max_redirect,
+        sitemap=1,
+        first=True,
+        referrer=robots if named else None,
+    )
+    return offer, too_long
+
+
 def sitemap_offers(
     url: str,
     reading: SitemapReading,
@@ -325,7 +361,8 @@ def sitemap_offers(
 ) -> tuple[Offer, ...]:
     """What a sitemap of ``level`` offers the frontier: the sitemaps an index names, read
     in turn up to MAX_SITEMAP_LEVELS deep (deeper ones only counted), and its pages, one
-    hop from the root as a link on it would be (queued unless ``max_depth`` is 0)."""
+    hop from the root as a link on it would be (queued unless ``max_depth`` is 0); the
+    sitemap ``url`` is the referrer of each."""
     offers = []
     if reading.sitemaps:
         nested = level < MAX_SITEMAP_LEVELS
@@ -339,6 +376,7 @@ def sitemap_offers(
                 sitemap=level + 1,
                 queue=nested,
                 over_depth=False,
+                referrer=url,
             )
         )
     if reading.pages:
@@ -348,6 +386,7 @@ def sitemap_offers(
                 depth=1,
                 redirects_left=max_redirect,
                 queue=max_depth is None or max_depth >= 1,
+                referrer=url,
             )
         )
     return tuple(offers)

@@ -19,14 +19,14 @@ fetches in flight only in ``_set_robots``.
 Layout in memory. The frontier is kept per origin (scheme, host and port), because
 robots.txt, ``--delay`` and ``--max-per-host`` all apply per origin, and waiting for one
 host must not hold back URLs of another. Each origin has a FIFO of *batches*: the new links
-of one page share their depth and redirect budget, so a batch stores them as a list of plain
-strings and a request object is made only when a URL is handed out (a million queued URLs
-cost a list slot each, not an object each). A heap of ready origins, keyed by the sequence
-number of each one's oldest batch, hands URLs out in the order they were found, as the
-chapter's FIFO queue did, whenever no host limit is in the way; a second heap holds the
-origins waiting out their delay, keyed by when they may start again. The data of one
-origin (its batches, robots.txt state and clock) is :mod:`trio_crawler._origins`'s; the
-decisions over it are here.
+of one page share their depth, redirect budget and referrer (that page), so a batch stores
+them as a list of plain strings and a request object is made only when a URL is handed out
+(a million queued URLs cost a list slot each, not an object each). A heap of ready
+origins, keyed by the sequence number of each one's oldest batch, hands URLs out in the
+order they were found, as the chapter's FIFO queue did, whenever no host limit is in the
+way; a second heap holds the origins waiting out their delay, keyed by when they may start
+again. The data of one origin (its batches, robots.txt state and clock) is
+:mod:`trio_crawler._origins`'s; the decisions over it are here.
 
 robots.txt, per origin, is a small state machine (:class:`RobotsState`)::
 
@@ -118,6 +118,7 @@ class OriginScheduler:
         redirects_left: int,
         sitemap: int = 0,
         first: bool = False,
+        referrer: str | None = None,
     ) -> int:
         """Queue ``urls`` (new to the crawl: the store deduplicates), one batch per origin,
         in order; say how many the origin's known robots.txt rules turned away.
@@ -125,7 +126,8 @@ class OriginScheduler:
         A URL whose origin's rules are known and forbid it is not queued (and logged); one
         whose origin's robots.txt is not known yet is queued and checked when it is taken.
         ``sitemap`` marks them as sitemaps of that level; ``first`` puts them ahead of
-        everything their origin has queued (sitemaps go right after robots.txt).
+        everything their origin has queued (sitemaps go right after robots.txt);
+        ``referrer`` is the URL that offers them.
         """
         by_origin: dict[str, list[str]] = {}
         disallowed = 0
@@ -142,7 +144,11 @@ class OriginScheduler:
             if first:
                 origin.requeued.extendleft(
                     FetchRequest(
-                        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap
+                        url=url,
+                        redirects_left=redirects_left,
+                        depth=depth,
+                        sitemap=sitemap,
+                        referrer=referrer,
                     )
                     for url in reversed(batch_urls)
                 )
@@ -155,6 +161,7 @@ class OriginScheduler:
                         depth=depth,
                         redirects_left=redirects_left,
                         sitemap=sitemap,
+                        referrer=referrer,
                     )
                 )
             self._push(origin, len(batch_urls))
@@ -164,8 +171,8 @@ class OriginScheduler:
         """Queue one request a store loaded (deduplicated there), after the rest; with
         ``first``, after the other requests put back first in line.
 
-        Consecutive URLs of one origin with the same budgets share a batch, as one page's
-        links do; robots.txt rules are checked when it is taken.
+        Consecutive URLs of one origin with the same budgets and referrer share a batch, as
+        one page's links do; robots.txt rules are checked when it is taken.
         """
         origin = self._origin_for(origin_of(request.url))
         if first:
@@ -175,8 +182,8 @@ class OriginScheduler:
             if not (
                 batch is not None
                 and batch.sequence == self._sequence
-                and (batch.depth, batch.redirects_left, batch.sitemap)
-                == (request.depth, request.redirects_left, request.sitemap)
+                and (batch.depth, batch.redirects_left, batch.sitemap, batch.referrer)
+                == (request.depth, request.redirects_left, request.sitemap, request.referrer)
             ):
                 self._sequence += 1
                 batch = Batch(
@@ -185,6 +192,7 @@ class OriginScheduler:
                     depth=request.depth,
                     redirects_left=request.redirects_left,
                     sitemap=request.sitemap,
+                    referrer=request.referrer,
                 )
                 origin.batches.append(batch)
             batch.urls.append(request.url)
@@ -431,6 +439,7 @@ class OriginScheduler:
             depth=batch.depth,
             sitemap=batch.sitemap,
             known=None if batch.known is None else batch.known.get(url),
+            referrer=batch.referrer,
         )
 
     def _lease(self, origin: Origin, request: FetchRequest, now: float) -> None:

@@ -105,6 +105,7 @@ class MemoryFrontier:
         redirects_left: int,
         sitemap: int = 0,
         first: bool = False,
+        referrer: str | None = None,
     ) -> Added:
         """Mark ``urls`` seen and queue the new ones (see
         :meth:`~trio_crawler._scheduler.OriginScheduler.enqueue`)."""
@@ -115,7 +116,12 @@ class MemoryFrontier:
                 seen.add(url)
                 fresh.append(url)
         disallowed = self.scheduler.enqueue(
-            fresh, depth=depth, redirects_left=redirects_left, sitemap=sitemap, first=first
+            fresh,
+            depth=depth,
+            redirects_left=redirects_left,
+            sitemap=sitemap,
+            first=first,
+            referrer=referrer,
         )
         return Added(new=len(fresh), disallowed=disallowed)
 
@@ -137,6 +143,7 @@ class MemoryFrontier:
                     redirects_left=offer.redirects_left,
                     sitemap=offer.sitemap,
                     first=offer.first,
+                    referrer=offer.referrer,
                 )
                 new += added.new
                 disallowed += added.disallowed

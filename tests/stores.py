@@ -123,8 +123,10 @@ def _drive_by_hand(state: CrawlState, store: StoredFrontier, written: list[Fetch
         store.commit_waiting()  # the records of URLs settled unfetched
         return request
 
-    def attempt_finished_kept(request: Any, outcome: Any, *, now: float) -> Any:
-        result = attempt_finished(request, outcome, now=now)
+    def attempt_finished_kept(
+        request: Any, outcome: Any, *, now: float, started: float | None = None
+    ) -> Any:
+        result = attempt_finished(request, outcome, now=now, started=started)
         made = len(written)
         store.commit_waiting()
         if isinstance(result, Committing):
@@ -192,9 +194,11 @@ def _drive_through_portal(
         attempt_started(request, now=now)
         portal.call(store.before_attempt, request)
 
-    def attempt_finished_kept(request: Any, outcome: Any, *, now: float) -> Any:
+    def attempt_finished_kept(
+        request: Any, outcome: Any, *, now: float, started: float | None = None
+    ) -> Any:
         clock[0] = max(clock[0], now)
-        result = attempt_finished(request, outcome, now=now)
+        result = attempt_finished(request, outcome, now=now, started=started)
         made = len(written)
         if isinstance(result, Committing):
             portal.call(store.settle, request)

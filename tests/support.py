@@ -4,8 +4,10 @@ hostile_server.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -57,8 +59,27 @@ RECORD_KEYS = [
     "encoding",
     "num_urls",
     "num_new_urls",
+    "depth",
+    "referrer",
+    "fetched_at",
+    "elapsed",
     "handler_error",
 ]
+
+
+# A record's fetched_at: UTC, ISO 8601, milliseconds, "Z".
+FETCHED_AT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def untimed(record: FetchStatistic) -> FetchStatistic:
+    """``record`` without ``fetched_at`` and ``elapsed``, once they are checked to be an
+    attempt's: a UTC time in the contract's form, and a number of seconds not below 0.
+    For tests that compare whole records, whose times the wall clock decides."""
+    assert record.fetched_at is not None, record
+    assert FETCHED_AT.fullmatch(record.fetched_at), record
+    assert isinstance(record.elapsed, float), record
+    assert record.elapsed >= 0, record
+    return dataclasses.replace(record, fetched_at=None, elapsed=None)
 
 
 def page(*hrefs: str, extra: str = "") -> Reply:

@@ -31,6 +31,7 @@ from trio_crawler._between_runs import OptionChanged
 from trio_crawler._cluster import prefix_of
 from trio_crawler._cluster_scripts import CREATE
 from trio_crawler._config import CrawlConfig
+from trio_crawler._options import ConfigError
 from trio_crawler._robots import origin_of
 
 from httpserver import open_test_server
@@ -184,3 +185,37 @@ async def test_a_crawler_joining_with_other_values_is_refused_before_its_first_r
             await same.crawl()
     assert same.finish_reason == "finished"
     assert site.served == 5
+
+
+@pytest.mark.trio
+async def test_a_crawl_an_earlier_version_made_is_refused_and_left_alone(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    """A crawl of layout 1 (whose queued entries carry no referrer) is neither joined nor
+    rewritten: a process given its roots, one given none, ``--status`` and a ``Crawler``
+    are each told in one line which version can finish it; its keys are as they were."""
+    root = "http://127.0.0.1:9/"
+    meta = prefix_of("old") + "meta"
+    async with coredis.Redis(port=redis.port, decode_responses=True) as client:
+        await client.hset(meta, {"v": "1", "roots": json.dumps([root]), "options": "{}"})
+        before = await client.hgetall(meta)
+    expected = (
+        f"trio-crawler: error: --frontier crawl 'old' on {redis.url()} was made by an earlier "
+        "trio-crawler (layout 1; this version reads layout 2): finish it with the version "
+        "that made it, or use another --crawl-id"
+    )
+    with trio.fail_after(HANG_LIMIT):
+        output = tmp_path / "out.jsonl"
+        for roots in ([root], []):
+            args = command("trio", redis.url(), output, "--crawl-id", "old", *roots)
+            assert await one_line_error(args, tmp_path) == expected
+        status = command("trio", redis.url(), None, "--crawl-id", "old", "--status")
+        assert await one_line_error(status, tmp_path) == expected
+        crawler = engine_trio.Crawler([root], frontier=redis.url(), crawl_id="old")
+        with pytest.raises(ConfigError) as refused:
+            await crawler.crawl()
+    assert expected.endswith(str(refused.value).removeprefix("frontier "))
+    assert not output.exists()
+    async with coredis.Redis(port=redis.port, decode_responses=True) as client:
+        assert await client.hgetall(meta) == before
+        assert set(await client.keys("*")) == {meta}

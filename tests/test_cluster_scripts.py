@@ -29,6 +29,7 @@ import pytest
 from redis_server import running_redis
 
 from trio_crawler import _cluster_scripts
+from trio_crawler._cluster import entry_url, parse_entry
 from trio_crawler._cluster_scripts import CREATE, DETAILS, STATUS, STEP
 
 SEED = int(os.environ.get("CLUSTER_SCRIPT_SEED", "20261124"))
@@ -80,7 +81,7 @@ def check(state: dict[str, Any], seen: set[str], done_before: set[str], context:
         o = state["origins"][key]
         if not o:
             continue
-        live = [entry.split(" ", 4)[4] for entry in state["queues"][key]]
+        live = [entry_url(entry) for entry in state["queues"][key]]
         live = [url for url in live if urls.get(url) == "q"]
         mine = {url for url in queued if origin(url) == key}
         assert sorted(live) == sorted(mine), f"{key}'s queue: {context}"
@@ -139,6 +140,8 @@ async def test_script_invariants_hold_under_random_batches(
                             {"k": "add", "o": key, "u": urls, "d": 1, "r": 10, "s": 0,
                              "f": rng.random() < 0.2, "q": queue}
                         )  # fmt: skip
+                        if rng.random() < 0.5:  # found through a page: its entries say so
+                            ops[-1]["ref"] = rng.choice(POOL)
                         if queue and not finished:
                             seen.update(urls)
                     elif kind in ("done", "drop", "back") and mine:
@@ -146,7 +149,7 @@ async def test_script_invariants_hold_under_random_batches(
                         if member.startswith("r "):
                             continue
                         if kind == "back":
-                            entry = f"2 1 10 0 {member}"
+                            entry = f"2 1 10 0 {member}" + rng.choice(["", f" {POOL[0]}"])
                             ops.append({"k": "back", "u": member, "e": entry, "w": 0})
                         else:
                             ops.append({"k": kind, "u": member, "o": origin(member), "rec": 1})
@@ -180,7 +183,7 @@ async def test_script_invariants_hold_under_random_batches(
                         if value.split("\n", 1)[0] == who
                     }
                 for item in answer["l"] if isinstance(answer["l"], list) else []:
-                    member = "r " + item[1] if item[0] == "r" else item[1].split(" ", 4)[4]
+                    member = "r " + item[1] if item[0] == "r" else entry_url(item[1])
                     assert member in held[owner], f"leased but not held: {context}"
                 was_finished = finished
                 finished = state["meta"]["fin"] == "1"
@@ -249,6 +252,8 @@ async def test_a_malformed_batch_writes_nothing_and_a_damaged_entry_is_counted_o
                 {"k": "add", "o": key, "u": [POOL[2]], "q": True},  # no depth
                 {"k": "add", "u": [POOL[2]], "d": 1, "r": 10, "s": 0, "f": False, "q": True},
                 {"k": "back", "u": root, "e": "not an entry"},
+                {**good, "ref": "http://a.test/with space"},  # a referrer is one URL
+                {**good, "ref": 7},
                 {"k": "done", "u": 7, "o": key, "rec": 1},
                 {"k": "lease", "n": -1},
                 {"k": "no such kind"},
@@ -261,9 +266,35 @@ async def test_a_malformed_batch_writes_nothing_and_a_damaged_entry_is_counted_o
             await client.hincrby(P + "o:" + key, "qn", 1)
             await client.hincrby(P + "meta", "queued", 1)
             answer = await call([good, {"k": "lease", "n": 10}])
-            assert [item[1].split(" ", 4)[4] for item in answer["l"]] == [root, POOL[1]]
+            assert [entry_url(item[1]) for item in answer["l"]] == [root, POOL[1]]
             state = await snapshot(client)
             check(state, {root, POOL[1]}, set(), "after a damaged entry")
+
+
+@pytest.mark.trio
+async def test_an_entry_carries_its_referrer_and_a_root_none(tmp_path: Path) -> None:
+    """Links added with the page that offers them (``ref``) are queued with it, after the
+    URL: a lease hands it back with the request, depth and all (layout 2)."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create, step = client.register_script(CREATE), client.register_script(STEP)
+            root, key = POOL[0], ORIGINS[0]
+            args = [P, "", json.dumps([root]), "{}", "0", "0", "", "10", root, key]
+            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+            assert await client.hget(P + "meta", "v") == "2"
+            add = {"k": "add", "o": key, "u": POOL[1:3], "d": 1, "r": 9, "s": 0,
+                   "f": False, "q": True, "ref": root}  # fmt: skip
+            ops = json.dumps([add, {"k": "lease", "n": 5}])
+            answer = json.loads(await step(keys=[P + "meta"], args=[P, "", "o1", "60", ops]))
+    entries = [item[1] for item in answer["l"]]
+    assert entries == [f"1 0 10 0 {root}", f"1 1 9 0 {POOL[1]} {root}", f"1 1 9 0 {POOL[2]} {root}"]
+    requests = [parse_entry(entry) for entry in entries]
+    assert [(r.url, r.depth, r.referrer) for r in requests if r is not None] == [
+        (root, 0, None),
+        (POOL[1], 1, root),
+        (POOL[2], 1, root),
+    ]
+    assert parse_entry(f"1 1 9 0 {POOL[1]} not-a-url") is None
 
 
 @pytest.mark.trio

@@ -11,9 +11,11 @@ group, in the same event loop as the crawler.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import gzip
 import logging
+import time
 
 import anyio
 import httpx
@@ -26,7 +28,7 @@ import support
 from conftest import Engine
 from httpserver import Reply, Request, open_test_server
 from mock_http import streaming_transport
-from support import HANG_LIMIT, by_url, page
+from support import HANG_LIMIT, by_url, page, untimed
 
 pytestmark = pytest.mark.anyio
 
@@ -157,8 +159,50 @@ async def test_off_scope_redirect_target_is_recorded_not_followed(
         outside = f"http://127.0.0.2:{server.port}/"
         server.route("/", Reply.redirect(outside))
         crawler = await crawl(engine, server.url())
-    assert crawler.done == [FetchStatistic(url=server.url(), next_url=outside, status=302)]
+    assert [untimed(record) for record in crawler.done] == [
+        FetchStatistic(url=server.url(), next_url=outside, status=302)
+    ]
     assert outside not in crawler.seen_urls
+
+
+def _wall(fetched_at: str | None) -> float:
+    assert fetched_at is not None
+    when = datetime.datetime.strptime(fetched_at, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.replace(tzinfo=datetime.UTC).timestamp()
+
+
+async def test_records_say_when_each_url_was_fetched_and_how_long_it_took(
+    engine: Engine,
+) -> None:
+    """``fetched_at`` is when the URL's last attempt started, as a time of day (the crawl's
+    one reading of the wall clock, plus the engine's clock since), and ``elapsed`` the
+    seconds to its last byte: exact on virtual time. A URL retried after a Retry-After is
+    stamped with its last attempt, not its first."""
+    slow_for, wait = engine.seconds(2.5), 30 if engine.virtual_time else 1  # whole seconds
+    answers = [Reply(status=503, headers=[("retry-after", str(wait))]), page()]
+
+    async def slow(request: Request) -> Reply:
+        await anyio.sleep(slow_for)
+        return page()
+
+    async def busy_once(request: Request) -> Reply:
+        return answers.pop(0)
+
+    routes = {"/": page("/slow", "/busy"), "/slow": slow, "/busy": busy_once}
+    before = time.time()
+    async with open_test_server(routes) as server:
+        crawler = await crawl(engine, server.url())
+    records = by_url(crawler)
+    root, slowest, busy = (records[server.url(path)] for path in ("/", "/slow", "/busy"))
+    assert all(untimed(record) for record in records.values())  # the contract's forms
+    assert root.elapsed is not None
+    assert slowest.elapsed is not None
+    engine.assert_duration(slowest.elapsed, slow_for)
+    # Truncated to the millisecond, so compared within one.
+    assert before - 0.001 <= _wall(root.fetched_at) <= before + HANG_LIMIT
+    assert _wall(slowest.fetched_at) >= _wall(root.fetched_at) + root.elapsed - 0.001
+    assert _wall(busy.fetched_at) >= _wall(root.fetched_at) + wait - 0.001
+    assert server.hits["/busy"] == 2
 
 
 async def test_max_tasks_is_the_concurrency_the_server_sees(engine: Engine) -> None:

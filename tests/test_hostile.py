@@ -59,7 +59,7 @@ from hostile_server import (
     send_and_close,
     short_body,
 )
-from support import HANG_LIMIT, by_url
+from support import HANG_LIMIT, by_url, untimed
 
 pytestmark = pytest.mark.anyio
 
@@ -313,9 +313,10 @@ async def test_redirects_without_a_usable_location_are_records_like_a_404(
     async with open_hostile_server(site(hostiles)) as server:
         crawler = await crawl(engine, server.url())
     records = by_url(crawler)
-    got = {path: records[server.url(path)] for path in UNUSABLE_LOCATIONS}
+    got = {path: untimed(records[server.url(path)]) for path in UNUSABLE_LOCATIONS}
     assert got == {
-        path: FetchStatistic(url=server.url(path), status=302) for path in UNUSABLE_LOCATIONS
+        path: FetchStatistic(url=server.url(path), status=302, depth=1, referrer=server.url())
+        for path in UNUSABLE_LOCATIONS
     }
     assert len(records) == len(UNUSABLE_LOCATIONS) + 3  # and /, /ok, /ok2
     assert {path: server.hits[path] for path in UNUSABLE_LOCATIONS} == dict.fromkeys(
@@ -336,9 +337,11 @@ async def test_redirects_to_other_schemes_are_recorded_not_followed(engine: Engi
     async with open_hostile_server(site(hostiles)) as server:
         crawler = await crawl(engine, server.url())
     records = by_url(crawler)
-    got = {path: records[server.url(path)] for path in OTHER_SCHEMES}
+    got = {path: untimed(records[server.url(path)]) for path in OTHER_SCHEMES}
     assert got == {
-        path: FetchStatistic(url=server.url(path), next_url=target, status=302)
+        path: FetchStatistic(
+            url=server.url(path), next_url=target, status=302, depth=1, referrer=server.url()
+        )
         for path, target in OTHER_SCHEMES.items()
     }
     assert crawler.seen_urls.isdisjoint(OTHER_SCHEMES.values())
@@ -349,8 +352,10 @@ async def test_redirects_to_other_schemes_are_recorded_not_followed(engine: Engi
 async def test_redirect_to_itself_is_fetched_once(engine: Engine) -> None:
     async with open_hostile_server(site({HOSTILE: redirect(b"/hostile#again")})) as server:
         crawler = await crawl(engine, server.url())
-    record = by_url(crawler)[server.url(HOSTILE)]
-    assert record == FetchStatistic(url=server.url(HOSTILE), next_url=record.url, status=302)
+    record = untimed(by_url(crawler)[server.url(HOSTILE)])
+    assert record == FetchStatistic(
+        url=server.url(HOSTILE), next_url=record.url, status=302, depth=1, referrer=server.url()
+    )
     assert server.hits[HOSTILE] == 1
     assert_rest_of_crawl_fine(crawler, server)
 
@@ -374,11 +379,17 @@ async def test_chain_of_50_redirects_stops_at_max_redirect(
         with caplog.at_level(logging.WARNING, logger="trio_crawler"):
             crawler = await crawl(engine, server.url())
     records = by_url(crawler)
-    # The link to /hostile starts a chain with 10 redirects to follow: 11 redirect records.
+    # The link to /hostile starts a chain with 10 redirects to follow: 11 redirect records,
+    # each at the link's depth, each the referrer of the next.
     followed = [HOSTILE, *(f"/r/{n}" for n in range(10))]
-    for path, target in zip(followed, [*followed[1:], "/r/10"], strict=True):
-        assert records[server.url(path)] == FetchStatistic(
-            url=server.url(path), next_url=server.url(target), status=302
+    referrers = ["/", *followed[:-1]]
+    for path, target, referrer in zip(followed, [*followed[1:], "/r/10"], referrers, strict=True):
+        assert untimed(records[server.url(path)]) == FetchStatistic(
+            url=server.url(path),
+            next_url=server.url(target),
+            status=302,
+            depth=1,
+            referrer=server.url(referrer),
         )
     assert set(records) == {server.url(p) for p in ["/", "/ok", "/ok2", *followed]}
     assert "/r/10" not in server.hits

@@ -41,7 +41,7 @@ from trio_crawler._retry_policy import backoff_wait
 
 from conftest import Engine
 from httpserver import Handler, Reply, Request, TestServer, open_test_server
-from support import HANG_LIMIT, by_url, crawl, page
+from support import HANG_LIMIT, by_url, crawl, page, untimed
 
 pytestmark = pytest.mark.anyio
 
@@ -527,8 +527,8 @@ async def test_retry_after_counts_against_max_tries(engine: Engine, max_tries: i
     async with open_site({"/": page("/busy"), "/busy": always_busy}) as site:
         crawler = await crawl(engine, site.url(), max_tries=max_tries)
     assert site.server.hits["/busy"] == max_tries
-    assert by_url(crawler)[site.url("/busy")] == FetchStatistic(
-        url=site.url("/busy"), status=503, size=4
+    assert untimed(by_url(crawler)[site.url("/busy")]) == FetchStatistic(
+        url=site.url("/busy"), status=503, size=4, depth=1, referrer=site.url()
     )
     assert crawler.limit_counts.get("retried_status", 0) == max_tries - 1
 
@@ -632,8 +632,8 @@ async def test_a_retry_after_over_max_retry_after_ends_the_url_with_that_answer(
     async with open_site({"/": page("/busy"), "/busy": busy}) as site:
         crawler = await crawl(engine, site.url())
     assert site.server.hits["/busy"] == 1
-    assert by_url(crawler)[site.url("/busy")] == FetchStatistic(
-        url=site.url("/busy"), status=503, size=4
+    assert untimed(by_url(crawler)[site.url("/busy")]) == FetchStatistic(
+        url=site.url("/busy"), status=503, size=4, depth=1, referrer=site.url()
     )
     assert crawler.limit_counts == {"slowed_origins": 1}
     assert crawler.elapsed < 5  # on virtual time too, where an hour would show
@@ -735,8 +735,12 @@ async def test_a_backoff_ends_with_the_last_answer_as_the_record(
 
     async with open_site({"/": page("/down"), "/down": failing}) as site:
         crawler = await crawl_seeded(engine, site.url(), max_tries=3)
-    assert by_url(crawler)[site.url("/down")] == FetchStatistic(
-        url=site.url("/down"), status=504, size=len("upstream timed out")
+    assert untimed(by_url(crawler)[site.url("/down")]) == FetchStatistic(
+        url=site.url("/down"),
+        status=504,
+        size=len("upstream timed out"),
+        depth=1,
+        referrer=site.url(),
     )
     assert_gaps(engine, site.starts("/down"), seeded_backoffs(1, 2))
     assert crawler.limit_counts == {"retried_status": 2, "slowed_origins": 1}
@@ -758,8 +762,8 @@ async def test_other_statuses_are_records_after_one_attempt(
     async with open_site(routes) as site:
         crawler = await crawl(engine, site.url())
     assert site.server.hits["/busy"] == 1
-    assert by_url(crawler)[site.url("/busy")] == FetchStatistic(
-        url=site.url("/busy"), status=status
+    assert untimed(by_url(crawler)[site.url("/busy")]) == FetchStatistic(
+        url=site.url("/busy"), status=status, depth=1, referrer=site.url()
     )
     assert crawler.limit_counts == {}
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from trio_crawler import FetchStatistic
 from trio_crawler._report import format_report
+from trio_crawler._stats import utc_timestamp
 
 from support import RECORD_KEYS
 
@@ -101,9 +104,26 @@ def test_record_json_has_exactly_the_contract_keys_in_order() -> None:
         "encoding": None,
         "num_urls": 0,
         "num_new_urls": 0,
+        "depth": 0,
+        "referrer": None,
+        "fetched_at": None,
+        "elapsed": None,
         "handler_error": None,
     }
     assert "\n" not in FetchStatistic(url="http://h/\u2028", exception="E: a\nb").to_json()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.0, "1970-01-01T00:00:00.000Z"),
+        (951_782_400.5, "2000-02-29T00:00:00.500Z"),
+        # Cut to the millisecond, not rounded: never "...:01.000Z" for a time before it.
+        (1_800_000_000.9999, "2027-01-15T08:00:00.999Z"),
+    ],
+)
+def test_fetched_at_is_utc_iso_8601_to_the_millisecond(seconds: float, text: str) -> None:
+    assert utc_timestamp(seconds) == text
 
 
 def test_a_recrawls_304_is_not_modified_not_an_error() -> None:

@@ -166,11 +166,13 @@ def test_robots_txt_sitemap_lines_come_right_after_robots_txt() -> None:
         "Sitemap: http://example.com/s1.xml\nSitemap: /s2.xml\nSitemap: http://other.org/s.xml\n"
     )
     finish(state, robots, robots_txt(rules), now=0.0)
-    # The sitemaps (in scope ones) go out before the root that was queued first.
-    assert [take(state).url for _ in range(3)] == [
-        "http://example.com/s1.xml",
-        "http://example.com/s2.xml",
-        ROOT,
+    # The sitemaps (in scope ones) go out before the root that was queued first; robots.txt,
+    # which named them, is their referrer, and they are no hop from the root.
+    taken = [take(state) for _ in range(3)]
+    assert [(request.url, request.depth, request.referrer) for request in taken] == [
+        ("http://example.com/s1.xml", 0, "http://example.com/robots.txt"),
+        ("http://example.com/s2.xml", 0, "http://example.com/robots.txt"),
+        (ROOT, 0, None),
     ]
 
 
@@ -178,7 +180,8 @@ def test_without_sitemap_lines_or_robots_txt_the_sitemap_is_slash_sitemap_xml() 
     state, _ = make_state()
     finish(state, take(state), Response(status=404), now=0.0)
     first = take(state)
-    assert (first.url, first.sitemap) == ("http://example.com/sitemap.xml", 1)
+    # Named by nobody, it is found as a root is: no referrer.
+    assert (first.url, first.sitemap, first.referrer) == ("http://example.com/sitemap.xml", 1, None)
     # With robots.txt ignored, the sitemap goes first, where robots.txt would have gone.
     ignoring, _ = make_state(obey_robots=False)
     assert [take(ignoring).url, take(ignoring).url] == ["http://example.com/sitemap.xml", ROOT]
@@ -198,10 +201,11 @@ def test_pages_are_one_hop_from_the_root_and_counted_in_the_record() -> None:
         "utf-8",
     )
     assert (record.num_urls, record.num_new_urls) == (3, 2)  # root, /a, /b; root was seen
+    assert (record.depth, record.referrer) == (0, None)
     pages = [take(state), take(state)]
-    assert [(page.url, page.depth, page.sitemap) for page in pages] == [
-        (ROOT + "a", 1, 0),
-        (ROOT + "b", 1, 0),
+    assert [(page.url, page.depth, page.sitemap, page.referrer) for page in pages] == [
+        (ROOT + "a", 1, 0, sitemap.url),
+        (ROOT + "b", 1, 0, sitemap.url),
     ]
 
 
@@ -214,8 +218,8 @@ def test_indexes_are_followed_three_levels_deep_each_sitemap_once() -> None:
         child = f"http://example.com/level{depth + 1}.xml"
         finish(state, level, xml(index(child, level.url)), now=0.0)  # and itself again
         if depth < 3:
-            level = take(state)
-            assert level.url == child
+            parent, level = level, take(state)
+            assert (level.url, level.depth, level.referrer) == (child, 0, parent.url)
     assert state.next_request(now=0.0) is None  # level 4 is not followed
     assert [record.num_new_urls for record in written] == [1, 1, 1]
 
@@ -236,7 +240,11 @@ def test_a_sitemap_that_redirects_is_still_a_sitemap_at_its_target() -> None:
     finish(state, sitemap, Response(status=301, location="/moved.xml"), now=0.0)
     root, moved = take(state), take(state)  # the target queues behind the root
     assert (root.url, root.sitemap) == (ROOT, 0)
-    assert (moved.url, moved.sitemap) == ("http://example.com/moved.xml", 1)
+    assert (moved.url, moved.sitemap, moved.referrer) == (
+        "http://example.com/moved.xml",
+        1,
+        sitemap.url,
+    )
 
 
 # -- a real server, every engine ---------------------------------------------------------

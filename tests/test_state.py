@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from redis_server import RedisServer, running_redis
-from stores import STORES, make_core
+from stores import STORES, WALL_AT_ZERO, make_core
 
 from trio_crawler._config import MAX_HOST_DELAY
 from trio_crawler._counts import CrawlCounts
@@ -187,17 +187,47 @@ def test_one_page_with_links_then_finished() -> None:
     assert state.done == written == [record]
     assert state.seen_urls == {ROOT, ROOT + "a", ROOT + "b"}
     assert counts(state) == CrawlCounts(queued=2, in_flight=0, done=1, seen=3, fail=0)
-    # Links are queued sorted, with the full redirect budget, one hop deeper.
-    assert take(state) == FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
+    # Links are queued sorted, with the full redirect budget, one hop deeper, and the page
+    # they were found on as their referrer.
+    assert take(state) == FetchRequest(url=ROOT + "a", redirects_left=3, depth=1, referrer=ROOT)
     page_b = take(state)
     assert finish(state, page_b, html("/a", "/b"), now=0.0) is None
     assert state.done[-1].num_urls == 2
     assert state.done[-1].num_new_urls == 0
+    assert (state.done[-1].depth, state.done[-1].referrer) == (1, ROOT)
     assert not state.finished  # /a is still in flight
-    page_a = FetchRequest(url=ROOT + "a", redirects_left=3, depth=1)
+    page_a = FetchRequest(url=ROOT + "a", redirects_left=3, depth=1, referrer=ROOT)
     assert finish(state, page_a, html(), now=0.0) is None
     assert state.finished
     assert counts(state) == CrawlCounts(queued=0, in_flight=0, done=3, seen=3, fail=0)
+
+
+def test_a_record_says_when_its_last_attempt_started_and_how_long_it_took() -> None:
+    """The engine says when an attempt started (its clock); the core stamps the record of
+    the URL's last attempt with that instant as a time of day (through ``wall_offset``,
+    which the shell sets) and the seconds to the attempt's end. An attempt whose start the
+    engine does not say gets neither (so the scenarios above compare records without)."""
+    state, written = make_state(obey_robots=False, max_tries=3)
+    state.wall_offset = WALL_AT_ZERO  # 2027-01-15T08:00:00Z
+    root = take(state, now=1.0)
+    state.attempt_finished(root, html("/a", "/b"), now=1.25, started=1.0)
+    assert (written[-1].fetched_at, written[-1].elapsed) == ("2027-01-15T08:00:01.000Z", 0.25)
+    # Tried twice, first refused: the record is the second attempt's, to the microsecond.
+    page_a = take(state, now=2.0)
+    retry = state.attempt_finished(page_a, REFUSED, now=2.5, started=2.0)
+    assert isinstance(retry, Retry)
+    state.attempt_finished(retry.request, html(), now=7.1234567, started=3.0)
+    assert written[-1].url == ROOT + "a"
+    assert (written[-1].fetched_at, written[-1].elapsed) == ("2027-01-15T08:00:03.000Z", 4.123457)
+    # A failure after its last try is stamped like any record.
+    page_b = take(state, now=8.0)
+    for attempt in (1, 2, 3):
+        started = 8.0 + attempt
+        outcome = state.attempt_finished(page_b, REFUSED, now=started + 0.5, started=started)
+        page_b = outcome.request if isinstance(outcome, Retry) else page_b
+    assert (written[-1].url, written[-1].exception) == (ROOT + "b", "ConnectError: refused")
+    assert (written[-1].fetched_at, written[-1].elapsed) == ("2027-01-15T08:00:11.000Z", 0.5)
+    assert [record.depth for record in written] == [0, 1, 1]
 
 
 def test_finishing_a_url_not_in_flight_is_an_engine_bug() -> None:
@@ -215,11 +245,23 @@ def test_redirect_is_recorded_and_its_target_queued_with_one_redirect_fewer() ->
     root = take(state)
     finish(state, root, Response(status=301, location="/next#frag"), now=0.0)
     assert state.done == [FetchStatistic(url=ROOT, next_url=ROOT + "next", status=301)]
+    # A redirect is no hop: its target keeps the depth, and has the redirect as referrer.
     target = take(state)
-    assert target == FetchRequest(url=ROOT + "next", redirects_left=1, depth=0)
+    assert target == FetchRequest(url=ROOT + "next", redirects_left=1, depth=0, referrer=ROOT)
     finish(state, target, Response(status=308, location="http://www.example.com/x"), now=0.0)
     last = take(state)
-    assert last == FetchRequest(url="http://www.example.com/x", redirects_left=0)
+    assert last == FetchRequest(
+        url="http://www.example.com/x", redirects_left=0, referrer=ROOT + "next"
+    )
+    finish(state, last, html(), now=0.0)
+    assert state.done[-1] == FetchStatistic(
+        url="http://www.example.com/x",
+        status=200,
+        size=0,
+        content_type="text/html",
+        encoding="utf-8",
+        referrer=ROOT + "next",
+    )
     assert state.seen_urls == {ROOT, ROOT + "next", "http://www.example.com/x"}
 
 
@@ -692,7 +734,9 @@ def test_robots_txt_network_error_fails_every_url_of_the_origin(
     finish(state, other_robots, robots_txt(status=404), now=0.0)
     finish(state, take(state), html(ROOT + "later"), now=0.0)
     assert state.next_request(now=0.0) is None
-    assert written[-1] == FetchStatistic(url=ROOT + "later", exception="ConnectError: refused")
+    assert written[-1] == FetchStatistic(
+        url=ROOT + "later", exception="ConnectError: refused", depth=1, referrer="http://other.com/"
+    )
     assert state.finished
     assert state.statistics() == stats(queued=0, in_flight=0, done=4, seen=4, fail=3)
 

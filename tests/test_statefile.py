@@ -27,6 +27,7 @@ from trio_crawler._events import Committing, FetchError, FetchRequest, Outcome, 
 from trio_crawler._state import CrawlState
 from trio_crawler._statefile import StateFile
 from trio_crawler._statefile_checks import StateFileError
+from trio_crawler._statefile_rows import SCHEMA_VERSION
 from trio_crawler._stats import count_records
 from trio_crawler._store_sqlite import StoredFrontier, open_state_store
 from trio_crawler.engine_trio import Crawler
@@ -253,6 +254,28 @@ def test_another_crawls_file_is_refused_untouched(finished_state: Path) -> None:
     before = digest(finished_state)
     assert_refused(cli("--state", str(finished_state), "http://127.0.0.1:9/"), "holds the crawl of")
     assert digest(finished_state) == before
+
+
+@pytest.mark.parametrize("older", [True, False], ids=["earlier-layout", "later-layout"])
+def test_a_file_of_another_layout_is_refused_untouched(
+    finished_state: Path, tmp_path: Path, older: bool
+) -> None:
+    """A file an earlier trio-crawler made (layout 1 kept no referrers) is not migrated:
+    it is refused with the way out, as a later one's is, and nothing is written."""
+    db = sqlite3.connect(finished_state)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION - 1 if older else SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    before = digest(finished_state)
+    output = tmp_path / "out.jsonl"
+    run = cli("--state", str(finished_state), "-o", str(output))
+    if older:
+        assert_refused(run, f"a state file of layout {SCHEMA_VERSION - 1}, made by an earlier")
+        assert "finish the crawl with the version that made it" in run.stderr
+    else:
+        assert_refused(run, f"this version reads layout {SCHEMA_VERSION}")
+    assert digest(finished_state) == before
+    assert not output.exists()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "overwritten"])

@@ -146,6 +146,24 @@ def refusal(exc: BaseException, where: str) -> ConfigError | None:
 _NO_DATABASE = "DB index is out of range"
 
 
+# The layout of a crawl on the server that this version reads and writes (meta's ``v``;
+# the scripts' LAYOUT, in lua/prelude.lua). Layout 2 added each queued URL's referrer to
+# its entry; a crawl of another layout is refused, never rewritten.
+LAYOUT = "2"
+
+
+def older_layout(where: str, crawl_id: str, version: object) -> ClusterError | None:
+    """The refusal of a crawl that an earlier trio-crawler made (its layout ``version`` is
+    older than :data:`LAYOUT`); None for anything else."""
+    if not (isinstance(version, str) and version.isdigit() and int(version) < int(LAYOUT)):
+        return None
+    return ClusterError(
+        f"crawl {crawl_id!r} on {where} was made by an earlier trio-crawler (layout "
+        f"{version}; this version reads layout {LAYOUT}): finish it with the version that "
+        "made it, or use another --crawl-id"
+    )
+
+
 def prefix_of(crawl_id: str) -> str:
     """The crawl's key prefix; the braces keep its keys in one slot of a cluster."""
     return f"trio-crawler:{{{crawl_id}}}:"
@@ -248,13 +266,15 @@ async def read_status(url: str, crawl_id: str) -> SharedStatus:
         async with redis_client(url) as client:
             counts = await client.register_script(STATUS)(keys=keys, args=args)
             details = await client.register_script(DETAILS)(keys=keys, args=args)
+            version = None if counts else await client.hget(keys[0], "v")
     except BaseException as exc:
         refused = refusal(exc, where)
         if refused is None:
             raise
         raise refused from None
     if not counts:
-        raise ClusterError(f"{where} holds no crawl named {crawl_id!r}")
+        older = older_layout(where, crawl_id, version)
+        raise older or ClusterError(f"{where} holds no crawl named {crawl_id!r}")
     try:
         return SharedStatus.from_answers(counts, details)
     except (ValueError, TypeError):
@@ -293,6 +313,9 @@ async def shared_crawl(url: str, crawl_id: str, *, wait: float = JOIN_WAIT) -> S
             raise
         raise refused from None
     version, roots, options = meta
+    older = older_layout(where, crawl_id, version)
+    if older is not None:
+        raise older
     if version is None:
         if wait <= 0:
             return None
@@ -301,7 +324,7 @@ async def shared_crawl(url: str, crawl_id: str, *, wait: float = JOIN_WAIT) -> S
             "give ROOTs to start one"
         )
     try:
-        stored = json.loads(roots) if version == "1" else None
+        stored = json.loads(roots) if version == LAYOUT else None
         kept = json.loads(options) if options is not None else {}
     except (TypeError, ValueError):
         stored = kept = None
@@ -404,28 +427,45 @@ def reason(exc: BaseException) -> str:
 
 
 def entry_of(request: FetchRequest) -> str:
-    """A queued request as the server keeps it: its numbers, then its URL."""
-    return (
+    """A queued request as the server keeps it: its numbers, its URL, and its referrer if
+    it has one (URLs are normalised, so neither holds a space)."""
+    entry = (
         f"{request.attempt} {request.depth} {request.redirects_left} {request.sitemap} "
         f"{request.url}"
     )
+    return entry if request.referrer is None else f"{entry} {request.referrer}"
+
+
+def entry_url(entry: str) -> str:
+    """The URL of an entry, as the scripts read it (the fifth field), even of an entry
+    too damaged to be a request: what is dropped when it cannot be fetched."""
+    return entry.split(" ", 4)[-1].split(" ", 1)[0]
 
 
 def parse_entry(entry: object) -> FetchRequest | None:
     """The request an entry read back from the server describes; None if it is not one."""
-    if not isinstance(entry, str):
+    if not isinstance(entry, str) or len(entry) > 2_000_000:
         return None
     parts = entry.split(" ", 4)
     if len(parts) != 5 or not all(part.isdigit() for part in parts[:4]):
         return None
     attempt, depth, redirects_left, sitemap = (int(part) for part in parts[:4])
-    url = parts[4]
-    if attempt < 1 or not url.startswith(("http://", "https://")) or len(url) > 1_000_000:
+    url, _, referrer = parts[4].partition(" ")
+    if attempt < 1 or not _is_url(url) or not (referrer == "" or _is_url(referrer)):
         return None
     try:
         origin_of(url)
     except ValueError:
         return None
     return FetchRequest(
-        url=url, redirects_left=redirects_left, attempt=attempt, depth=depth, sitemap=sitemap
+        url=url,
+        redirects_left=redirects_left,
+        attempt=attempt,
+        depth=depth,
+        sitemap=sitemap,
+        referrer=referrer or None,
     )
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://")) and len(text) <= 1_000_000 and " " not in text

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._cluster import entry_of, parse_entry
+from ._cluster import entry_of, entry_url, parse_entry
 from ._frontier import Settled
 from ._pace import Pace, PaceSignal
 from ._robots import RobotsRules, origin_of
@@ -67,18 +67,19 @@ def link_operations(completion: Completion, turns_away: Callable[[str], bool]) -
         if turned_away:
             ops.append({"k": "seen", "u": turned_away})
         for key, urls in by_origin.items():
-            ops.append(
-                {
-                    "k": "add",
-                    "o": key,
-                    "u": urls,
-                    "d": offer.depth,
-                    "r": offer.redirects_left,
-                    "s": offer.sitemap,
-                    "f": offer.first,
-                    "q": True,
-                }
-            )
+            op: Operation = {
+                "k": "add",
+                "o": key,
+                "u": urls,
+                "d": offer.depth,
+                "r": offer.redirects_left,
+                "s": offer.sitemap,
+                "f": offer.first,
+                "q": True,
+            }
+            if offer.referrer is not None:
+                op["ref"] = offer.referrer
+            ops.append(op)
     return ops
 
 
@@ -161,7 +162,7 @@ def read_leases(leased: list[Any]) -> Leases:
         request = parse_entry(value)
         if request is None:
             LOGGER.warning("shared frontier: a queued entry is damaged (%.200r); dropped", value)
-            damaged.append(value.split(" ", 4)[-1])
+            damaged.append(entry_url(value))
             continue
         pages.append(request)
     return Leases(robots, pages, damaged)

@@ -45,6 +45,7 @@ from ._cluster import (
     SharedCounts,
     keep_shared_options,
     lost_errors,
+    older_layout,
     prefix_of,
     reason,
     redis_client,
@@ -338,7 +339,7 @@ class ClusterSession:
                 "give the same ROOTs, none, or another --crawl-id"
             )
         if outcome == "foreign":
-            raise ClusterError(
+            raise older_layout(self.where, self.crawl_id, stored) or ClusterError(
                 f"{self.where} holds keys for {self.crawl_id!r} that are not a trio-crawler crawl"
             )
         if outcome == "none":

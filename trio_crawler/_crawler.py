@@ -349,10 +349,12 @@ class CrawlerBase(abc.ABC):
                 reached, or holds another crawl by that name); nothing was fetched.
         """
         now = self._now()
+        # The one reading of the wall clock: see StoreRuntime.wall_time. The core stamps
+        # records with it too (their fetched_at).
+        self.state.wall_offset = time.time() - now
         runtime = StoreRuntime(
             clock=self._now,
-            # The one reading of the wall clock: see StoreRuntime.wall_time.
-            wall_offset=time.time() - now,
+            wall_offset=self.state.wall_offset,
             run_in_thread=self._in_thread,
             shielded=self._shielded,
             wake=self._wake_dispatcher,
@@ -379,10 +381,12 @@ class CrawlerBase(abc.ABC):
         while True:
             self.state.attempt_started(request, now=self._now())
             await self.store.before_attempt(request)
+            started = self._now()
             outcome = await self._attempt(client, request)
+            ended = self._now()  # its last byte or failure, before the archive is written
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
-            result = self.state.attempt_finished(request, outcome, now=self._now())
+            result = self.state.attempt_finished(request, outcome, now=ended, started=started)
             if isinstance(result, PageRead):  # only with a handler: it runs here, in the
                 assert self._handler is not None  # worker's task and cancel scope
                 handled = await run_handler(self._handler, Page(result, self.config))

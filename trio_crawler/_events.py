@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ._page import PageReading
-    from ._stats import FetchStatistic
+    from ._stats import FetchStatistic, Stamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,8 @@ class FetchRequest:
             robots.txt names (or ``/sitemap.xml``), 2 for one that an index of level 1
             names, and so on.
         known: In a recrawl, what the last pass kept of this URL (conditional requests).
-        referrer: The URL of the page (or sitemap, or redirect) through which this URL was
-            first queued; None for a root.
+        referrer: The URL through which this URL was first queued (the page that links to
+            it, the sitemap that lists it, the redirect that points to it); None for a root.
         robots: True for a :class:`RobotsRequest` (a class attribute, so a million queued
             requests don't each carry it).
     """
@@ -245,11 +245,13 @@ class PageRead:
         response: The page's response (body, headers, ``ETag``...).
         reading: The page as the core read it: its record, its links, and the parse
             they came from.
+        stamp: When its attempt started and how long it took, for its record.
     """
 
     request: FetchRequest
     response: Response
     reading: PageReading
+    stamp: Stamp | None = None
 
 
 AttemptResult = Retry | Recorded | Committing | Requeued | RobotsSettled | PageRead

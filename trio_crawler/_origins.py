@@ -47,18 +47,39 @@ class OriginState:
 
 
 class Batch:
-    """URLs queued together (one page's new links), handed out from ``next_index`` on."""
+    """URLs queued together (one page's new links), handed out from ``next_index`` on.
 
-    __slots__ = ("depth", "known", "next_index", "redirects_left", "sequence", "sitemap", "urls")
+    They share what a request carries besides its URL, the referrer too (the page that
+    offered them all), so a queued URL costs a list slot whatever it was found through.
+    """
+
+    __slots__ = (
+        "depth",
+        "known",
+        "next_index",
+        "redirects_left",
+        "referrer",
+        "sequence",
+        "sitemap",
+        "urls",
+    )
 
     def __init__(
-        self, sequence: int, urls: list[str], *, depth: int, redirects_left: int, sitemap: int
+        self,
+        sequence: int,
+        urls: list[str],
+        *,
+        depth: int,
+        redirects_left: int,
+        sitemap: int,
+        referrer: str | None,
     ):
         self.sequence = sequence
         self.urls = urls
         self.depth = depth
         self.redirects_left = redirects_left
         self.sitemap = sitemap
+        self.referrer = referrer
         self.next_index = 0
         # A recrawl's pages, by URL: what the last pass kept (stored frontiers only).
         self.known: dict[str, KnownPage] | None = None

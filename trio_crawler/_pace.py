@@ -42,7 +42,7 @@ It reads no clock: every method takes the engine's ``now`` and the attempt's sta
 
 from __future__ import annotations
 
-__all__ = ["Pace", "PaceSignal"]
+__all__ = ["Pace", "PaceSignal", "PaceTally"]
 
 from enum import Enum
 
@@ -259,3 +259,26 @@ class Pace:
         if lifted and self.slowed and not self.gap and not self.window:
             return "answering promptly: back to the crawl's own limits"
         return None
+
+
+class PaceTally:
+    """How many origins their pace slows now, and how many it ever slowed: the progress
+    line's and the report's counts, kept as paces change rather than counted over every
+    origin (a broad crawl has thousands)."""
+
+    __slots__ = ("_ever", "_now")
+
+    def __init__(self) -> None:
+        self._now = 0
+        self._ever: set[str] = set()
+
+    def note(self, key: str, pace: Pace, *, was_active: bool) -> None:
+        """Origin ``key``'s pace changed (or was restored); it limited it before or not."""
+        self._now += pace.active - was_active
+        if pace.slowed:
+            self._ever.add(key)
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        """Origins slowed now, and ever."""
+        return self._now, len(self._ever)

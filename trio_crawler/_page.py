@@ -49,7 +49,7 @@ from ._links import (
 )
 from ._robots import PRODUCT_TOKEN
 from ._sitemaps import MAX_SITEMAP_LEVELS, read_sitemap
-from ._stats import FetchStatistic
+from ._stats import FetchStatistic, Stamp
 from ._urls import normalize_url
 
 if TYPE_CHECKING:
@@ -202,6 +202,7 @@ def page_completion(
     reading: PageReading,
     response: Response,
     config: CrawlConfig,
+    stamp: Stamp | None = None,
     items: tuple[str, ...] = (),
 ) -> Completion:
     """A page done, as one change to the frontier: its record, the links it offers one
@@ -218,6 +219,7 @@ def page_completion(
                 depth=depth,
                 redirects_left=config.max_redirect,
                 queue=not beyond,
+                referrer=request.url,
             ),
         )
     # What a recrawl needs of a page it may find unchanged.
@@ -231,6 +233,7 @@ def page_completion(
         etag=response.etag,
         last_modified=response.last_modified,
         items=items,
+        stamp=stamp,
     )
 
 
@@ -386,6 +389,42 @@ def redirect_target(location: str, base: str) -> str | None:
     return other
 
 
+def root_sitemaps(
+    origin: str,
+    named: tuple[str, ...],
+    *,
+    robots: str | None,
+    scope: Scope,
+    max_url_length: int,
+    max_redirect: int,
+) -> tuple[Offer, int]:
+    """What a root origin offers as its sitemaps, to be queued first in its line: those
+    its robots.txt (at ``robots``, their referrer) ``named``, or ``/sitemap.xml`` when it
+    names none (with no referrer: found as a root is); and how many were longer than
+    ``max_url_length``. Each must be in scope and no longer than that, like any link."""
+    base = origin + "/"
+    urls = [normalize_url(url, base) for url in named] or [origin + "/sitemap.xml"]
+    sitemaps = []
+    too_long = 0
+    for url in urls:
+        if url is None or not scope.allows(url):
+            continue
+        if len(url) > max_url_length:
+            too_long += 1
+        else:
+            sitemaps.append(url)
+    LOGGER.debug("sitemaps of %s: %s", origin, sitemaps)
+    offer = Offer(
+        tuple(sitemaps),
+        depth=0,
+        redirects_left=max_redirect,
+        sitemap=1,
+        first=True,
+        referrer=robots if named else None,
+    )
+    return offer, too_long
+
+
 def sitemap_offers(
     url: str,
     reading: SitemapReading,
@@ -396,7 +435,8 @@ def sitemap_offers(
 ) -> tuple[Offer, ...]:
     """What a sitemap of ``level`` offers the frontier: the sitemaps an index names, read
     in turn up to MAX_SITEMAP_LEVELS deep (deeper ones only counted), and its pages, one
-    hop from the root as a link on it would be (queued unless ``max_depth`` is 0)."""
+    hop from the root as a link on it would be (queued unless ``max_depth`` is 0); the
+    sitemap ``url`` is the referrer of each."""
     offers = []
     if reading.sitemaps:
         nested = level < MAX_SITEMAP_LEVELS
@@ -410,6 +450,7 @@ def sitemap_offers(
                 sitemap=level + 1,
                 queue=nested,
                 over_depth=False,
+                referrer=url,
             )
         )
     if reading.pages:
@@ -419,27 +460,43 @@ def sitemap_offers(
                 depth=1,
                 redirects_left=max_redirect,
                 queue=max_depth is None or max_depth >= 1,
+                referrer=url,
             )
         )
     return tuple(offers)
 
 
-def root_sitemaps(origin: str, named: tuple[str, ...], config: CrawlConfig) -> tuple[Offer, int]:
-    """A root origin's sitemaps, to queue first in its line: those its robots.txt names,
-    or ``/sitemap.xml`` when it names none. Each must be in scope and no longer than
-    ``--max-url-length``, like any link; the second value counts those that were longer."""
-    base = origin + "/"
-    urls = [normalize_url(url, base) for url in named] or [origin + "/sitemap.xml"]
-    sitemaps: list[str] = []
-    too_long = 0
-    for url in urls:
-        if url is None or not config.scope.allows(url):
-            continue
-        if len(url) > config.max_url_length:
-            too_long += 1
-        else:
-            sitemaps.append(url)
-    offer = Offer(
-        tuple(sitemaps), depth=0, redirects_left=config.max_redirect, sitemap=1, first=True
-    )
-    return offer, too_long
+def redirect_completion(
+    request: FetchRequest, response: Response, config: CrawlConfig, stamp: Stamp | None
+) -> tuple[Completion, bool] | None:
+    """A redirect done: its record, and its target offered one redirect fewer, at the
+    source's depth, unless out of scope, over ``--max-url-length`` (the flag says so) or
+    out of redirects (logged). None when its ``Location`` is unusable: no redirect at all,
+    as the chapter records a 3xx without one."""
+    assert response.location is not None
+    target = redirect_target(response.location, request.url)
+    if target is None:
+        LOGGER.info("unusable Location %r from %s", response.location, request.url)
+        return None
+    record = FetchStatistic(url=request.url, next_url=target, status=response.status)
+    offers: tuple[Offer, ...] = ()
+    too_long = False
+    if not config.scope.allows(target):
+        LOGGER.info("redirect to %s from %s is out of scope", target, request.url)
+    elif len(target) > config.max_url_length:
+        too_long = True
+        LOGGER.info("redirect to a URL longer than --max-url-length from %s", request.url)
+    elif request.redirects_left > 0:
+        # Queued unless already seen: the frontier alone knows, and says so.
+        LOGGER.info("redirect to %s from %s", target, request.url)
+        offer = Offer(
+            (target,),
+            redirects_left=request.redirects_left - 1,
+            depth=request.depth,
+            sitemap=request.sitemap,
+            referrer=request.url,
+        )
+        offers = (offer,)
+    else:
+        LOGGER.warning("redirect limit reached for %s from %s", target, request.url)
+    return Completion(request, True, record, offers, False, stamp=stamp), too_long

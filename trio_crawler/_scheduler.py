@@ -19,14 +19,14 @@ fetches in flight only in ``_set_robots``.
 Layout in memory. The frontier is kept per origin (scheme, host and port), because
 robots.txt, ``--delay`` and ``--max-per-host`` all apply per origin, and waiting for one
 host must not hold back URLs of another. Each origin has a FIFO of *batches*: the new links
-of one page share their depth and redirect budget, so a batch stores them as a list of plain
-strings and a request object is made only when a URL is handed out (a million queued URLs
-cost a list slot each, not an object each). A heap of ready origins, keyed by the sequence
-number of each one's oldest batch, hands URLs out in the order they were found, as the
-chapter's FIFO queue did, whenever no host limit is in the way; a second heap holds the
-origins waiting out their delay, keyed by when they may start again. The data of one
-origin (its batches, robots.txt state and clock) is :mod:`trio_crawler._origins`'s; the
-decisions over it are here.
+of one page share their depth, redirect budget and referrer (that page), so a batch stores
+them as a list of plain strings and a request object is made only when a URL is handed out
+(a million queued URLs cost a list slot each, not an object each). A heap of ready
+origins, keyed by the sequence number of each one's oldest batch, hands URLs out in the
+order they were found, as the chapter's FIFO queue did, whenever no host limit is in the
+way; a second heap holds the origins waiting out their delay, keyed by when they may start
+again. The data of one origin (its batches, robots.txt state and clock) is
+:mod:`trio_crawler._origins`'s; the decisions over it are here.
 
 robots.txt, per origin, is a small state machine (:class:`RobotsState`)::
 
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 from ._events import FetchRequest, RobotsRequest
 from ._frontier import OUT_OF_BUDGET, Disallowed, RobotsState, Taken, Unfetchable
 from ._origins import Batch, Origin, OriginState
-from ._pace import Pace
+from ._pace import Pace, PaceTally
 from ._robots import MAX_ROBOTS_REDIRECTS, ROBOTS_MAX_AGE, RobotsRules, origin_of, robots_url
 
 if TYPE_CHECKING:
@@ -88,8 +88,7 @@ class OriginScheduler:
         self._queued = 0
         self._in_flight: set[str] = set()
         self._robots_fetching = 0
-        self._slowed_now = 0  # origins whose pace limits them now
-        self._ever_slowed: dict[str, bool] = {}
+        self._tally = PaceTally()
         # Whether any origin has rules that may refuse a URL: until one has, no link is
         # looked up (a crawl that ignores robots.txt, or whose files allow everything).
         self._may_turn_away = False
@@ -125,6 +124,7 @@ class OriginScheduler:
         redirects_left: int,
         sitemap: int = 0,
         first: bool = False,
+        referrer: str | None = None,
     ) -> int:
         """Queue ``urls`` (new to the crawl: the store deduplicates), one batch per origin,
         in order; say how many the origin's known robots.txt rules turned away.
@@ -132,7 +132,8 @@ class OriginScheduler:
         A URL whose origin's rules are known and forbid it is not queued (and logged); one
         whose origin's robots.txt is not known yet is queued and checked when it is taken.
         ``sitemap`` marks them as sitemaps of that level; ``first`` puts them ahead of
-        everything their origin has queued (sitemaps go right after robots.txt).
+        everything their origin has queued (sitemaps go right after robots.txt);
+        ``referrer`` is the URL that offers them.
         """
         by_origin: dict[str, list[str]] = {}
         disallowed = 0
@@ -149,7 +150,11 @@ class OriginScheduler:
             if first:
                 origin.requeued.extendleft(
                     FetchRequest(
-                        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap
+                        url=url,
+                        redirects_left=redirects_left,
+                        depth=depth,
+                        sitemap=sitemap,
+                        referrer=referrer,
                     )
                     for url in reversed(batch_urls)
                 )
@@ -162,6 +167,7 @@ class OriginScheduler:
                         depth=depth,
                         redirects_left=redirects_left,
                         sitemap=sitemap,
+                        referrer=referrer,
                     )
                 )
             self._push(origin, len(batch_urls))
@@ -171,8 +177,8 @@ class OriginScheduler:
         """Queue one request a store loaded (deduplicated there), after the rest; with
         ``first``, after the other requests put back first in line.
 
-        Consecutive URLs of one origin with the same budgets share a batch, as one page's
-        links do; robots.txt rules are checked when it is taken.
+        Consecutive URLs of one origin with the same budgets and referrer share a batch, as
+        one page's links do; robots.txt rules are checked when it is taken.
         """
         origin = self._origin_for(origin_of(request.url))
         if first:
@@ -182,8 +188,8 @@ class OriginScheduler:
             if not (
                 batch is not None
                 and batch.sequence == self._sequence
-                and (batch.depth, batch.redirects_left, batch.sitemap)
-                == (request.depth, request.redirects_left, request.sitemap)
+                and (batch.depth, batch.redirects_left, batch.sitemap, batch.referrer)
+                == (request.depth, request.redirects_left, request.sitemap, request.referrer)
             ):
                 self._sequence += 1
                 batch = Batch(
@@ -192,6 +198,7 @@ class OriginScheduler:
                     depth=request.depth,
                     redirects_left=request.redirects_left,
                     sitemap=request.sitemap,
+                    referrer=request.referrer,
                 )
                 origin.batches.append(batch)
             batch.urls.append(request.url)
@@ -415,8 +422,7 @@ class OriginScheduler:
 
     def _stale(self, origin: Origin, now: float) -> bool:
         """Whether the origin's robots.txt rules are past :data:`ROBOTS_MAX_AGE`."""
-        at = origin.robots_at
-        return at is not None and now - at >= ROBOTS_MAX_AGE and self._obey_robots
+        return origin.robots_at is not None and now - origin.robots_at >= ROBOTS_MAX_AGE
 
     def robots_time(self, key: str, at: float | None = None) -> float | None:
         """When origin ``key``'s robots.txt was decided (engine clock); ``at`` sets it."""
@@ -441,13 +447,8 @@ class OriginScheduler:
             return None
         slowed_before, gap_before = pace.active, pace.gap
         signal, change = origin.learn(pushback, started, now, self._max_per_host)
+        self._tally.note(origin.key, pace, was_active=slowed_before)
         if change is not None:
-            if pace.active and not slowed_before:
-                self._slowed_now += 1
-            elif slowed_before and not pace.active:
-                self._slowed_now -= 1
-            if pace.slowed and not self._ever_slowed.get(origin.key):
-                self._ever_slowed[origin.key] = True
             why = "pushback" if pushback else signal.value
             LOGGER.info("pace of %s: %s (%s from %s)", origin.key, change, why, request.url)
         if pace.gap > gap_before and pace.last_start >= 0.0:
@@ -458,7 +459,7 @@ class OriginScheduler:
     @property
     def slowed(self) -> tuple[int, int]:
         """Origins slowed by their pace now, and ever (the progress line, the report)."""
-        return self._slowed_now, len(self._ever_slowed)
+        return self._tally.counts
 
     def pace_of(self, key: str) -> Pace | None:
         """Origin ``key``'s pace, for a store to keep (None: --no-adapt, or unknown)."""
@@ -471,9 +472,7 @@ class OriginScheduler:
         if pace is None:
             return
         pace.restore(gap=gap, window=window, ceiling=ceiling)
-        self._ever_slowed[key] = True
-        if pace.active:
-            self._slowed_now += 1
+        self._tally.note(key, pace, was_active=False)
 
     def take_robots(self, key: str, *, now: float) -> RobotsRequest:
         """Hand out origin ``key``'s robots.txt now, whatever its queue holds: for a store
@@ -512,6 +511,7 @@ class OriginScheduler:
             depth=batch.depth,
             sitemap=batch.sitemap,
             known=None if batch.known is None else batch.known.get(url),
+            referrer=batch.referrer,
         )
 
     def _lease(self, origin: Origin, request: FetchRequest, now: float) -> None:

@@ -21,7 +21,7 @@ An engine drives it in three calls:
    the frontier's queue to its in-flight set. A robots.txt request (``request.robots``)
    comes before an origin's first URL.
 2. The engine makes one HTTP attempt (after ``attempt_started(request, now=...)``) and calls
-   ``attempt_finished(request, outcome, now=...)``. The answer says what happened
+   ``attempt_finished(request, outcome, now=..., started=...)``. The answer says what happened
    (:data:`~trio_crawler._events.AttemptResult`): a :class:`~trio_crawler._events.Retry` to
    attempt now, a :class:`~trio_crawler._events.Recorded` URL, a request
    :class:`~trio_crawler._events.Requeued` to wait out its host's delay, or
@@ -37,7 +37,9 @@ Time is an input, and a required one. Manners need a clock (``--delay``, ``Crawl
 reading as ``now``, and when every host with work is waiting, ``next_request`` returns None
 and :meth:`CrawlState.next_wakeup` says when to ask again. The engine sleeps; the core never
 does. Chance is an input too: a backoff's jitter is drawn from
-:attr:`CrawlState.jitter_source`, which a test seeds to know every wait.
+:attr:`CrawlState.jitter_source`, which a test seeds to know every wait. So is the time of
+day a record is stamped with (``fetched_at``): the engine's clock plus
+:attr:`CrawlState.wall_offset`, which the shell reads once as the crawl starts.
 
 Rule 1: nothing here awaits, sleeps, reads a clock or opens a socket. Every method runs to
 completion between two checkpoints of whatever engine calls it, so no engine needs a lock,
@@ -88,13 +90,13 @@ from ._page import (
     read_failure,
     read_page,
     read_sitemap_response,
-    redirect_target,
+    redirect_completion,
     root_sitemaps,
     sitemap_offers,
 )
 from ._retry_policy import RETRY_STATUSES, pushes_back, retry_wait
 from ._robots import RobotsRules, origin_of
-from ._stats import FetchStatistic
+from ._stats import FetchStatistic, Stamp
 from ._urls import normalize_url
 
 if TYPE_CHECKING:
@@ -135,6 +137,10 @@ class CrawlState:
             one seeded by the operating system when the state is made, so that two crawls
             (or two processes of one shared crawl) turned away together spread their
             retries apart. A test gives one with a known seed and knows every wait.
+        wall_offset: Seconds to add to the engine's clock for the time of day (seconds
+            since the epoch), which records' ``fetched_at`` are stamped with: the engine
+            shell sets it as the crawl starts (it is the shell's one reading of the wall
+            clock, :meth:`~trio_crawler._frontier.StoreRuntime.wall_time`); 0 until then.
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class CrawlState:
         self.config = config
         self.frontier = frontier
         self.jitter_source = random.Random() if jitter_source is None else jitter_source
+        self.wall_offset = 0.0
         # The records of this crawl, kept in memory unless a durable store keeps them.
         self.done: list[FetchStatistic] = []
         self._keep_records = resumed is None if keep_records is None else keep_records
@@ -185,7 +192,7 @@ class CrawlState:
         self._offer(roots)
         if config.sitemaps and not config.obey_robots:
             for origin in dict.fromkeys(origin_of(root) for root in config.roots):
-                self._add_sitemaps(origin, ())
+                self._add_sitemaps(origin, (), None)
 
     # -- what engines call -------------------------------------------------------------
 
@@ -253,14 +260,18 @@ class CrawlState:
         self._starts[request.url] = now
 
     def attempt_finished(
-        self, request: FetchRequest, outcome: Outcome, *, now: float
+        self, request: FetchRequest, outcome: Outcome, *, now: float, started: float | None = None
     ) -> AttemptResult:
         """Take the outcome of one attempt; say what became of the request.
 
         Args:
             request: The request the attempt was for, as handed out (or retried).
             outcome: What the attempt produced.
-            now: The engine's clock, for ``Retry-After``, a backoff and ``Crawl-delay``.
+            now: The engine's clock, for ``Retry-After``, a backoff and ``Crawl-delay``:
+                the end of the attempt (its last byte, or its failure).
+            started: The engine's clock when the attempt started: a record made now says
+                so (``fetched_at``) and how long it took (``elapsed``); None leaves both
+                null.
 
         Returns:
             :class:`~trio_crawler._events.Retry` (attempt it again now, on the same worker),
@@ -276,6 +287,7 @@ class CrawlState:
         if isinstance(request, RobotsRequest):
             return self._robots_finished(request, outcome, now)
         self._learn(request, outcome, now)
+        stamp = None if started is None else Stamp.of_attempt(started, now, self.wall_offset)
         if isinstance(outcome, FetchError):
             retry = self._retry(request, outcome)
             if retry is None:
@@ -283,7 +295,8 @@ class CrawlState:
                     LOGGER.warning("%s failed after %d tries", request.url, request.attempt)
                 else:
                     LOGGER.warning("%s failed: %s", request.url, outcome.error)
-                return self._settle(Completion(request, True, read_failure(request.url, outcome)))
+                record = read_failure(request.url, outcome)
+                return self._settle(Completion(request, True, record, stamp=stamp))
             if self.frontier.retry(retry, at_once=not self._scheduling):
                 return Retry(retry)
             return Requeued(retry)
@@ -292,10 +305,10 @@ class CrawlState:
             if requeued is not None:
                 return requeued
         if outcome.status in REDIRECT_STATUSES and outcome.location:
-            return self._redirected(request, outcome)
+            return self._redirected(request, outcome, stamp)
         if request.sitemap:
-            return self._sitemap(request, outcome)
-        return self._page(request, outcome)
+            return self._sitemap(request, outcome, stamp)
+        return self._page(request, outcome, stamp)
 
     def _check_in_flight(self, request: FetchRequest) -> None:
         if not self.frontier.is_leased(request):
@@ -367,11 +380,8 @@ class CrawlState:
 
     def counters(self) -> dict[str, int]:
         """The report's limit counters, ``slowed_origins`` as the frontier counts it."""
-        counts = dict(self.limit_counts)
         slowed = self.frontier.slowed[1]
-        if slowed:
-            counts[SLOWED_ORIGINS] = slowed
-        return counts
+        return {**self.limit_counts, SLOWED_ORIGINS: slowed} if slowed else dict(self.limit_counts)
 
     def _retry(self, request: FetchRequest, failure: FetchError) -> FetchRequest | None:
         """The next try of a network error while the URL has tries left (logged), or None."""
@@ -408,37 +418,22 @@ class CrawlState:
         self.frontier.retry_later(retry, not_before=now + wait, now=now)
         return Requeued(retry)
 
-    def _redirected(self, request: FetchRequest, response: Response) -> AttemptResult:
-        assert response.location is not None
-        target = redirect_target(response.location, request.url)
-        if target is None:
+    def _redirected(
+        self, request: FetchRequest, response: Response, stamp: Stamp | None
+    ) -> AttemptResult:
+        redirect = redirect_completion(request, response, self.config, stamp)
+        if redirect is None:
             # An unparsable Location is no redirect at all: record it as the chapter records
             # a 3xx without one, like any other non-200 status.
-            LOGGER.info("unusable Location %r from %s", response.location, request.url)
-            return self._page(request, dataclasses.replace(response, location=None))
-        record = FetchStatistic(url=request.url, next_url=target, status=response.status)
-        offers: tuple[Offer, ...] = ()
-        if not self.config.scope.allows(target):
-            LOGGER.info("redirect to %s from %s is out of scope", target, request.url)
-        elif len(target) > self.config.max_url_length:
+            return self._page(request, dataclasses.replace(response, location=None), stamp)
+        completion, too_long = redirect
+        if too_long:
             self.limit_counts[LINKS_TOO_LONG] += 1
-            LOGGER.info("redirect to a URL longer than --max-url-length from %s", request.url)
-        elif request.redirects_left > 0:
-            # Queued unless already seen: the frontier alone knows, and says so.
-            LOGGER.info("redirect to %s from %s", target, request.url)
-            offers = (
-                Offer(
-                    (target,),
-                    redirects_left=request.redirects_left - 1,
-                    depth=request.depth,
-                    sitemap=request.sitemap,
-                ),
-            )
-        else:
-            LOGGER.warning("redirect limit reached for %s from %s", target, request.url)
-        return self._settle(Completion(request, True, record, offers, counts_new=False))
+        return self._settle(completion)
 
-    def _page(self, request: FetchRequest, response: Response) -> AttemptResult:
+    def _page(
+        self, request: FetchRequest, response: Response, stamp: Stamp | None
+    ) -> AttemptResult:
         config = self.config
         known = request.known
         if response.status == 304 and known is not None:
@@ -467,8 +462,8 @@ class CrawlState:
         if reading.too_long:
             self.limit_counts[LINKS_TOO_LONG] += reading.too_long
         if reading.parsed is not None:  # only with a handler: the engine runs it first
-            return PageRead(request, response, reading)
-        return self._settle(page_completion(request, reading, response, self.config))
+            return PageRead(request, response, reading, stamp)
+        return self._settle(page_completion(request, reading, response, self.config, stamp))
 
     def page_handled(self, read: PageRead, handled: Handled) -> Recorded | Committing:
         """Take what the page handler made of a page the core answered :class:`PageRead`
@@ -481,7 +476,9 @@ class CrawlState:
         self._check_in_flight(read.request)
         reading = handled.reading(read.reading)
         return self._settle(
-            page_completion(read.request, reading, read.response, self.config, handled.items)
+            page_completion(
+                read.request, reading, read.response, self.config, read.stamp, handled.items
+            )
         )
 
     def _settle(self, completion: Completion) -> Recorded | Committing:
@@ -555,22 +552,30 @@ class CrawlState:
             delay = min(rules.crawl_delay, MAX_HOST_DELAY)
         self.frontier.robots_settled(request, rules=rules, delay=delay, now=now)
         if self.config.sitemaps and request.origin in self._root_origins:
-            self._add_sitemaps(request.origin, rules.sitemaps)
+            self._add_sitemaps(request.origin, rules.sitemaps, request.url)
         return RobotsSettled(request.origin)
 
     # -- sitemaps ----------------------------------------------------------------------
 
-    def _add_sitemaps(self, origin: str, named: tuple[str, ...]) -> None:
-        """Queue a root origin's sitemaps first in its line: those robots.txt names, or
-        ``/sitemap.xml`` when it names none. Each must be in scope and no longer than
-        ``--max-url-length``, like any link."""
-        offer, too_long = root_sitemaps(origin, named, self.config)
+    def _add_sitemaps(self, origin: str, named: tuple[str, ...], robots: str | None) -> None:
+        """Queue a root origin's sitemaps first in its line: those robots.txt names (at
+        ``robots``), or ``/sitemap.xml`` (see :func:`~trio_crawler._page.root_sitemaps`)."""
+        config = self.config
+        offer, too_long = root_sitemaps(
+            origin,
+            named,
+            robots=robots,
+            scope=config.scope,
+            max_url_length=config.max_url_length,
+            max_redirect=config.max_redirect,
+        )
         if too_long:
             self.limit_counts[LINKS_TOO_LONG] += too_long
-        LOGGER.debug("sitemaps of %s: %s", origin, offer.urls)
         self._offer((offer,))
 
-    def _sitemap(self, request: FetchRequest, response: Response) -> Recorded | Committing:
+    def _sitemap(
+        self, request: FetchRequest, response: Response, stamp: Stamp | None
+    ) -> Recorded | Committing:
         """A sitemap's record; its pages join the crawl one hop from the root, and the
         sitemaps an index names are read in turn, up to MAX_SITEMAP_LEVELS deep."""
         config = self.config
@@ -590,4 +595,4 @@ class CrawlState:
             max_redirect=config.max_redirect,
             max_depth=config.max_depth,
         )
-        return self._settle(Completion(request, True, reading.record, offers))
+        return self._settle(Completion(request, True, reading.record, offers, stamp=stamp))

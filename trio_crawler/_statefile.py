@@ -283,13 +283,13 @@ class StateFile:
         rows are found by id: those before the window's cursor are done, or loaded)."""
         if self.pass_number == 1:
             query = (
-                "SELECT id, url, depth, redirects_left, sitemap, first, NULL, NULL, NULL, NULL"
-                " FROM urls WHERE id > ? AND state = ? ORDER BY id LIMIT ?"
+                "SELECT id, url, depth, redirects_left, sitemap, first, NULL, NULL, NULL, NULL,"
+                " referrer FROM urls WHERE id > ? AND state = ? ORDER BY id LIMIT ?"
             )
         else:
             query = (
                 "SELECT u.id, u.url, u.depth, u.redirects_left, u.sitemap, u.first,"
-                " p.etag, p.last_modified, p.num_urls, p.links"
+                " p.etag, p.last_modified, p.num_urls, p.links, u.referrer"
                 " FROM urls AS u LEFT JOIN pages AS p ON p.url = u.url"
                 " WHERE u.id > ? AND u.state = ? ORDER BY u.id LIMIT ?"
             )
@@ -326,7 +326,8 @@ class StateFile:
         """
         db = self._db
         pass_number = self.pass_number
-        # Links to queue, each with the completion that offers it first (for its count).
+        # Links to queue, each with the completion that offers it first (for its count):
+        # [url, depth, redirects_left, sitemap, first, state, referrer].
         offered: list[list[Any]] = []
         offered_by: list[int] = []
         # Links only counted, not queued (beyond --max-depth, or sitemaps nested too deep).
@@ -337,10 +338,11 @@ class StateFile:
                 for offer in completion.offers:
                     if offer.queue:
                         row = [offer.depth, offer.redirects_left, offer.sitemap, offer.first]
+                        referrer = offer.referrer
                         for url in offer.urls:
                             if url not in self._in_file:
                                 state = DISALLOWED if url in batch.turned_away else QUEUED
-                                offered.append([url, *row, state])
+                                offered.append([url, *row, state, referrer])
                                 offered_by.append(index)
                     else:
                         counted = _count_unseen(db, offer.urls)
@@ -462,11 +464,12 @@ class StateFile:
             return {}, []
         db = self._db
         db.execute(
-            "INSERT OR IGNORE INTO urls (url, state, depth, redirects_left, sitemap, first)"
+            "INSERT OR IGNORE INTO urls"
+            " (url, state, depth, redirects_left, sitemap, first, referrer)"
             " SELECT json_extract(value, '$[0]'), json_extract(value, '$[5]'),"
             " json_extract(value, '$[1]'),"
             " json_extract(value, '$[2]'), json_extract(value, '$[3]'),"
-            " json_extract(value, '$[4]') FROM json_each(?)",
+            " json_extract(value, '$[4]'), json_extract(value, '$[6]') FROM json_each(?)",
             (json.dumps(offered),),
         )
         last, new_urls = db.execute(
@@ -477,7 +480,7 @@ class StateFile:
             self._last_url = last
         new_by: dict[int, tuple[int, int]] = {}
         turned_away = []
-        for (url, *_, state), index in zip(offered, offered_by, strict=True):
+        for (url, _, _, _, _, state, _), index in zip(offered, offered_by, strict=True):
             if url in new:
                 new.discard(url)  # counted once, for the first page that offers it
                 inserted, away = new_by.get(index, (0, 0))

@@ -70,6 +70,14 @@ def check_layout(db: sqlite3.Connection, path: str) -> None:
     (version,) = db.execute("PRAGMA user_version").fetchone()
     if application_id != APPLICATION_ID:
         raise StateFileError(path, "not a trio-crawler state file")
+    if 0 < version < SCHEMA_VERSION:
+        # Never migrated in place: the older version that made it can still finish it.
+        raise StateFileError(
+            path,
+            f"a state file of layout {version}, made by an earlier trio-crawler; this version "
+            f"reads layout {SCHEMA_VERSION} (finish the crawl with the version that made it, "
+            "or start a new one in another file)",
+        )
     if version != SCHEMA_VERSION:
         raise StateFileError(
             path, f"a state file of layout {version}; this version reads layout {SCHEMA_VERSION}"

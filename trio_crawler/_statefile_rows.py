@@ -28,8 +28,8 @@ from ._stats import FetchStatistic
 
 # Identifies the file as ours ("TCrw") and its layout; another SQLite file is refused.
 APPLICATION_ID = 0x54437277
-# 2: the items table (a page handler's items, kept with their page's record), and
-# the origins' robots_at and pace.
+# Layout 2 over 1: each URL's referrer (its record carries it), the items table (a page
+# handler's items, kept with their page's record), the origins' robots_at and pace.
 SCHEMA_VERSION = 2
 
 # URL states in the file.
@@ -44,7 +44,8 @@ CREATE TABLE urls (
     depth INTEGER NOT NULL,
     redirects_left INTEGER NOT NULL,
     sitemap INTEGER NOT NULL,
-    first INTEGER NOT NULL
+    first INTEGER NOT NULL,
+    referrer TEXT
 );
 CREATE TABLE pages (
     url TEXT PRIMARY KEY,
@@ -128,8 +129,10 @@ def record_from_line(line: object) -> FetchStatistic | None:
 
 def request_from_row(row: tuple[Any, ...]) -> FetchRequest | None:
     """The request a queued row describes, or None if the row is not one."""
-    _, url, depth, redirects_left, sitemap, _, etag, last_modified, num_urls, links = row
+    _, url, depth, redirects_left, sitemap, _, etag, last_modified, num_urls, links, referrer = row
     if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        return None
+    if not (referrer is None or isinstance(referrer, str)):
         return None
     if not all(
         isinstance(number, int) and number >= 0 for number in (depth, redirects_left, sitemap)
@@ -144,5 +147,10 @@ def request_from_row(row: tuple[Any, ...]) -> FetchRequest | None:
             num_urls,
         )
     return FetchRequest(
-        url=url, redirects_left=redirects_left, depth=depth, sitemap=sitemap, known=known
+        url=url,
+        redirects_left=redirects_left,
+        depth=depth,
+        sitemap=sitemap,
+        known=known,
+        referrer=referrer,
     )

@@ -1,9 +1,9 @@
 """The contract's record, FetchStatistic, and the report's counters.
 
 One FetchStatistic is made per URL that finished, fetched or given up on. Its first nine
-field names are the chapter's; they and the ones after them are part of the public contract
-(the CLI writes them as JSON Lines; scripts read them), so the dataclass is frozen and its
-field order fixed.
+field names are the chapter's, and the five after them say where the URL was found and
+when it was fetched; all fourteen are part of the public contract (the CLI writes them as
+JSON Lines; scripts read them), so the dataclass is frozen and its field order fixed.
 
 Every count of records by what became of them is made here, from one definition: a
 record's :attr:`FetchStatistic.kind`. The report's counters (:func:`count_records`), the
@@ -15,10 +15,13 @@ state file all classify records with it, so the numbers on one screen cannot dis
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
+import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -43,8 +46,16 @@ class FetchStatistic:
         encoding: For status 200, the charset used to decode the page, else None.
         num_urls: Distinct in-scope links on the page.
         num_new_urls: Of those, how many had not been seen before this page.
-        handler_error: None, or ``"ExceptionClassName: message"`` when the page handler
-            raised for this page (its items were dropped; its links were still queued).
+        depth: Link hops from a root (a root is 0; a redirect target keeps its source's
+            depth; a sitemap's ``<loc>`` is 1).
+        referrer: The URL of the page, sitemap or redirect through which this URL was
+            first queued; None for a root.
+        fetched_at: When the last attempt started, UTC, ISO 8601 with milliseconds
+            (``2026-11-25T08:30:00.123Z``); None if no attempt was made.
+        elapsed: Seconds from the start of the last attempt to its last byte or failure;
+            None if no attempt was made.
+        handler_error: ``"ExceptionClassName: message"`` when the page handler raised for
+            this page, else None.
     """
 
     url: str
@@ -56,11 +67,15 @@ class FetchStatistic:
     encoding: str | None = None
     num_urls: int = 0
     num_new_urls: int = 0
+    depth: int = 0
+    referrer: str | None = None
+    fetched_at: str | None = None
+    elapsed: float | None = None
     handler_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON object of the contract, keys in contract order."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in _RECORD_KEYS}
 
     def to_json(self) -> str:
         """One line of JSON, no trailing newline."""
@@ -87,6 +102,44 @@ class FetchStatistic:
         if self.status == NOT_MODIFIED_STATUS:
             return "not_modified"
         return "error"
+
+
+# The record's keys, in contract order: read once, not from dataclasses.fields() per record.
+_RECORD_KEYS = tuple(field.name for field in dataclasses.fields(FetchStatistic))
+
+
+class Stamp(NamedTuple):
+    """When a URL's last attempt started and how long it took: a record's ``fetched_at``
+    and ``elapsed``."""
+
+    fetched_at: str
+    elapsed: float
+
+    @classmethod
+    def of_attempt(cls, started: float, ended: float, wall_offset: float) -> Stamp:
+        """The stamp of an attempt from ``started`` to ``ended`` on the engine's clock,
+        which ``wall_offset`` turns into the time of day; ``elapsed`` to the microsecond."""
+        return cls(utc_timestamp(started + wall_offset), round(ended - started, 6))
+
+
+def utc_timestamp(seconds: float) -> str:
+    """A time of day (seconds since the epoch) as a record's ``fetched_at``: UTC, ISO 8601
+    with milliseconds, cut (not rounded) to the millisecond: ``2026-11-25T08:30:00.123Z``.
+
+    A pure function of its argument: the core stamps records with it and reads no clock.
+    It runs once per record, so it is kept cheap: the seconds are formatted once per
+    second of the crawl (``time.strftime`` and ``gmtime``, a microsecond; a ``datetime``
+    takes more), and each record adds its milliseconds (a third of that).
+    """
+    whole, millis = divmod(math.floor(seconds * 1000), 1000)
+    return f"{_utc_second(whole)}.{millis:03d}Z"
+
+
+@functools.lru_cache(maxsize=1)
+def _utc_second(whole: int) -> str:
+    """The time of day ``whole`` (whole seconds since the epoch) as :func:`utc_timestamp`
+    writes it, to the second; the last one is kept, for the records of that second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
 
 
 def exception_name(exception: str) -> str:

@@ -107,6 +107,7 @@ class MemoryFrontier:
         redirects_left: int,
         sitemap: int = 0,
         first: bool = False,
+        referrer: str | None = None,
     ) -> Added:
         """Mark ``urls`` seen and queue the new ones (see
         :meth:`~trio_crawler._scheduler.OriginScheduler.enqueue`)."""
@@ -117,7 +118,12 @@ class MemoryFrontier:
                 seen.add(url)
                 fresh.append(url)
         disallowed = self.scheduler.enqueue(
-            fresh, depth=depth, redirects_left=redirects_left, sitemap=sitemap, first=first
+            fresh,
+            depth=depth,
+            redirects_left=redirects_left,
+            sitemap=sitemap,
+            first=first,
+            referrer=referrer,
         )
         return Added(new=len(fresh), disallowed=disallowed)
 
@@ -139,6 +145,7 @@ class MemoryFrontier:
                     redirects_left=offer.redirects_left,
                     sitemap=offer.sitemap,
                     first=offer.first,
+                    referrer=offer.referrer,
                 )
                 new += added.new
                 disallowed += added.disallowed

@@ -17,7 +17,8 @@
 --             'joined'    the crawl exists, with these roots (or none were given);
 --             'mismatch'  the crawl exists with other roots: nothing changed;
 --             'none'      no crawl, and no roots to start one: nothing changed;
---             'foreign'   the keys are not a crawl of this layout: nothing changed;
+--             'foreign'   the keys are not a crawl of this layout (the stored
+--                         roots are then its layout version, or ''): nothing changed;
 --           counts as in prelude.lua's counts(), all zero for 'none'. A process
 --           that joins checks its options against the stored ones (the creator's
 --           say what to crawl, and its --delay and --max-per-host hold for all).
@@ -29,7 +30,7 @@
 local exists = redis.call('EXISTS', META) == 1
 if exists then
   local m = redis.call('HMGET', META, 'v', 'roots', 'options')
-  if m[1] ~= '1' then return {'foreign', '', counts(), ''} end
+  if m[1] ~= LAYOUT then return {'foreign', m[1] or '', {0, 0, 0, 0, 0, 0}, ''} end
   local options = m[3] or ''
   if ARGV[3] ~= '[]' and ARGV[3] ~= m[2] then return {'mismatch', m[2], counts(), options} end
   return {'joined', m[2], counts(), options}
@@ -38,7 +39,7 @@ if ARGV[3] == '[]' then return {'none', '', {0, 0, 0, 0, 0, 0}, ''} end
 -- The budget is the options' max_pages (a number, or JSON null for none).
 local given = cjson.decode(ARGV[4])
 local pages = type(given) == 'table' and tonumber(given.max_pages) or nil
-redis.call('HSET', META, 'v', '1', 'roots', ARGV[3], 'options', ARGV[4], 'obey', ARGV[5],
+redis.call('HSET', META, 'v', LAYOUT, 'roots', ARGV[3], 'options', ARGV[4], 'obey', ARGV[5],
   'delay', ARGV[6], 'mph', ARGV[7], 'redirects', ARGV[8],
   'queued', 0, 'leased', 0, 'done', 0, 'failed', 0, 'fin', '0', 'created', now,
   'budget', pages or '', 'started', 0, 'sdone', 0,

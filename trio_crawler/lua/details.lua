@@ -10,7 +10,7 @@
 --          counted}; {} when the prefix holds no crawl of this layout.
 -- Keeps    everything as it is: no write, no publish (the prelude only reads).
 
-if redis.call('HGET', META, 'v') ~= '1' then return {} end
+if redis.call('HGET', META, 'v') ~= LAYOUT then return {} end
 local count, latest = orphans()
 local m = redis.call('HMGET', META, 'budget', 'started')
 return {count, latest and tostring(latest) or '', m[1] or '', tonumber(m[2]) or 0}

@@ -29,14 +29,16 @@
 --
 -- Keys, for a crawl with prefix P:
 --
---   P meta        hash     v (layout version, '1'), roots (JSON), options (JSON),
+--   P meta        hash     v (layout version, LAYOUT below), roots (JSON), options (JSON),
 --                          obey (1/0), delay, mph (max per host, '' for none),
 --                          redirects, queued, leased, done, failed, fin (1/0),
 --                          created (server time), budget (--max-pages, '' for
 --                          none), started, sdone (see 'started'), adapt (1/0:
 --                          whether origins learn a pace; absent: 1), slowed
 --   P urls        hash     url -> q (queued) | l (leased) | d (done): the seen set
---   P q:ORIGIN    list     queued entries "ATTEMPT DEPTH REDIRECTS SITEMAP URL";
+--   P q:ORIGIN    list     queued entries "ATTEMPT DEPTH REDIRECTS SITEMAP URL",
+--                          followed by " REFERRER" for a URL found through
+--                          another (a URL holds no space: it is normalised);
 --                          entries of URLs no longer queued are skipped when popped
 --   P o:ORIGIN    hash     rb (robots: u nknown, f etching, k nown, x failed),
 --                          rt (rules text: "allow", "deny" or the file),
@@ -67,6 +69,11 @@
 -- can step a shared crawl on a virtual clock. '' reads TIME here instead (the
 -- --status command, which has no engine). A script that reads TIME and then
 -- writes needs Redis 5 or later, which replicates scripts by their effects.
+
+-- The layout these scripts read and write: a crawl of another (an earlier
+-- trio-crawler's, whose entries had no referrer) is not touched. The same as
+-- _cluster.LAYOUT.
+local LAYOUT = '2'
 
 local P = ARGV[1]
 local now = tonumber(ARGV[2])

@@ -9,5 +9,5 @@
 --          {} when the prefix holds no crawl of this layout.
 -- Keeps    everything as it is: no write, no publish (the prelude only reads).
 
-if redis.call('HGET', META, 'v') ~= '1' then return {} end
+if redis.call('HGET', META, 'v') ~= LAYOUT then return {} end
 return counts()

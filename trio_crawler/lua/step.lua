@@ -10,7 +10,8 @@
 -- ARGV[5]  the operations (JSON list), applied in order; each is an object whose
 --          "k" is its kind, and whose result is:
 --   add     o (origin), u (URLs), d, r, s (depth, redirects, sitemap),
---           f (first: to the head of the queue), q (queue them)
+--           f (first: to the head of the queue), q (queue them), ref (the
+--           URL that offers them, their referrer; absent for none)
 --           -> how many were new (with q false: how many are unseen; nothing is
 --              written)
 --   seen    u (URLs robots.txt turns away): seen, not queued -> the new ones (a list)
@@ -87,10 +88,13 @@ local function texts(v)
 end
 local function entry(v) return text(v) and string.match(v, '^%d+ %d+ %d+ %d+ .+$') ~= nil end
 local function maybe(check, v) return v == nil or check(v) end
+-- A URL as an entry holds it: text with no space (URLs are normalised).
+local function spaceless(v) return text(v) and v ~= '' and string.find(v, ' ', 1, true) == nil end
 local SHAPES = {
   add = function(op)
     return text(op.o) and texts(op.u) and flag(op.q)
       and (not op.q or (number(op.d) and number(op.r) and number(op.s) and flag(op.f)))
+      and maybe(spaceless, op.ref)
   end,
   seen = function(op) return texts(op.u) end,
   done = function(op) return text(op.u) and text(op.o) and number(op.rec) and maybe(number, op.x) end,
@@ -114,7 +118,7 @@ for i, op in ipairs(ops) do
   if not (shape and shape(op)) then return cjson.encode({bad = i}) end
 end
 
-if redis.call('HGET', META, 'v') ~= '1' then return cjson.encode({gone = 1}) end
+if redis.call('HGET', META, 'v') ~= LAYOUT then return cjson.encode({gone = 1}) end
 this_call = redis.call('HINCRBY', META, 'calls', 1)
 redis.call('HSET', OWNERS, owner, now .. ' ' .. lease_for)
 local fin = redis.call('HGET', META, 'fin') == '1'
@@ -271,7 +275,7 @@ local function lease(n)
         -- out when it was done, and is dropped here. One that is no entry at
         -- all (written by another program) was counted in when it was pushed,
         -- as every entry is, so it is counted out as it is dropped.
-        local url = string.match(e, '^%d+ %d+ %d+ %d+ (.+)$')
+        local url = string.match(e, '^%d+ %d+ %d+ %d+ (%S+)')
         if not url then
           qn = qn - 1
           count('queued', -1)
@@ -316,9 +320,10 @@ for i, op in ipairs(ops) do
       local entries = {}
       if not fin then
         local prefix = '1 ' .. op.d .. ' ' .. op.r .. ' ' .. op.s .. ' '
+        local suffix = op.ref and (' ' .. op.ref) or ''
         for _, url in ipairs(op.u) do
           if redis.call('HSETNX', URLS, url, 'q') == 1 then
-            entries[#entries + 1] = prefix .. url
+            entries[#entries + 1] = prefix .. url .. suffix
           end
         end
       end

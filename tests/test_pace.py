@@ -280,17 +280,3 @@ def test_one_at_a_time_the_delay_runs_from_each_answer_on_every_store() -> None:
     assert finish(state, first, pages(0), now=2.4) is None
     assert state.next_request(now=3.1) is None
     assert not take(state, now=3.4).robots
-
-
-def test_an_attempt_longer_than_the_delay_holds_the_next_a_delay_after_its_end(
-    request: pytest.FixtureRequest,
-) -> None:
-    if request.getfixturevalue("store") == "redis":
-        pytest.skip("on a shared frontier the rule is --max-per-host 1's (docs/manners.md)")
-    state = open_delayed()
-    first = take(state, now=2.1)
-    assert finish(state, first, pages(0), now=3.6) is None  # 1.5 s: over the delay
-    assert state.next_request(now=3.6) is None
-    second = take(state, now=4.6)
-    assert finish(state, second, pages(0), now=4.7) is None
-    assert not take(state, now=5.6).robots  # a prompt one: the delay from its start

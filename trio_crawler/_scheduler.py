@@ -437,10 +437,10 @@ class OriginScheduler:
     ) -> str | None:
         """An attempt in flight ended at ``now`` (``pushback``: a 429 or 503, a timeout, a
         failed connection): the pace learns (its change, logged, is returned), and with a
-        delay and one request at a time, or an attempt over the delay, the next waits a
-        delay after this end (docs/manners.md). Call it before the request leaves."""
+        delay and one request at a time, the next waits a delay after this end, however
+        late this one reached the server (docs/manners.md). Call it before it leaves."""
         origin = self._origin(request)
-        if origin.delay and (self._max_per_host == 1 or now - started > origin.delay):
+        if origin.delay and self._max_per_host == 1:
             origin.next_start = max(origin.next_start, now + origin.delay)
         pace = origin.pace
         if pace is None or (not pushback and pace.idle(now - started)):

@@ -66,6 +66,7 @@ from ._clients import (
     open_client,
 )
 from ._config import DEFAULT_MAX_SIZE
+from ._connections import CrawlConnections
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._sitemaps import MAX_SITEMAP_BYTES
@@ -388,6 +389,10 @@ class Fetcher:
         user_agent: The User-Agent header.
         keep_exchanges: Attach each attempt as sent and received to its outcome (``--warc``).
 
+    Attributes:
+        connections: What the workers' clients share (the host-name cache and its
+            counts), or None when a caller's client is used.
+
     Raises:
         ConfigError: If ``client`` is None and ``TRIO_CRAWLER_HTTP`` names no installed
             library.
@@ -411,6 +416,8 @@ class Fetcher:
         # Whether worker clients take a proxy from the environment: asked when the first
         # one is made, not for each (see open_client).
         self._proxy_from_environment: bool | None = None
+        # What the workers' transports share: the host-name cache.
+        self.connections = CrawlConnections() if client is None else None
 
     def new_client(self) -> Client:
         """A client for one worker, which makes one request at a time.
@@ -428,6 +435,7 @@ class Fetcher:
             ssl_context=default_ssl_context(),
             user_agent=self._user_agent,
             proxy_from_environment=self._proxy_from_environment,
+            connections=self.connections,
         )
 
     async def fetch(self, client: Client, request: FetchRequest) -> Outcome:

@@ -1,5 +1,11 @@
-"""Connections and names at scale: the host-name cache (``_lookups.py``, ``_lru.py``) that
-the crawler's own transports share (``_connections.py``).
+"""Connections and names at scale: the crawl-wide cap on idle connections, and the
+host-name cache (``_connections.py``, ``_lookups.py``, ``_lru.py``).
+
+The cap is shown where it matters, on a real crawl: the command line, in a process whose
+file limit is 256, crawls 300 hosts (loopback addresses 127.0.1.1 and up, which Linux
+routes to ``lo``, each served by a test server in this process) with 100 workers. With
+the cap every page is recorded; without it (``TRIO_CRAWLER_MAX_IDLE=none``) the idle
+connections of the workers use up the descriptors and connections fail with ``EMFILE``.
 
 The cache is shown by crawls of host names that a fake ``getaddrinfo`` answers (so that
 Trio's virtual clock never sees a thread), counting the lookups it is asked for, and by a
@@ -9,17 +15,31 @@ crawl of ``localhost`` through the system's resolver on the real clock.
 from __future__ import annotations
 
 import collections
+import contextlib
+import json
+import os
+import resource
 import socket
 import ssl
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 import pytest
+import trio
 import trustme
 from trio.testing import MockClock
 
+from trio_crawler._cli import ENGINES
 from trio_crawler._clients import Client, TransportClient, choose_http_library, open_client
-from trio_crawler._connections import CrawlConnections
+from trio_crawler._connections import (
+    MAX_IDLE_CONNECTIONS,
+    CrawlConnections,
+    IdleConnections,
+    default_idle_limit,
+    idle_limit_from_environment,
+)
 from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import fetch
 from trio_crawler._lookups import (
@@ -29,6 +49,7 @@ from trio_crawler._lookups import (
     happy_eyeballs_order,
 )
 from trio_crawler._lru import LRU
+from trio_crawler._options import ConfigError
 
 from conftest import AUTOJUMP_THRESHOLD, Engine
 from httpserver import Reply, open_test_server
@@ -122,6 +143,160 @@ def test_an_lru_of_capacity_zero_keeps_nothing_and_none_keeps_everything() -> No
     assert len(everything) == 1000
     with pytest.raises(ValueError, match="capacity must be >= 0 or None, not -1"):
         LRU(-1)
+
+
+# The cap, on its own and through the transport.
+
+
+def test_idle_connections_evict_across_transports_and_keep_their_dicts_true() -> None:
+    idle: IdleConnections[str] = IdleConnections(2)
+    first: dict[str, str] = {}
+    second: dict[str, str] = {}
+    assert idle.keep(first, "a", "conn-a") == []
+    assert idle.keep(second, "b", "conn-b") == []
+    assert idle.take(first, "a") == "conn-a"  # in use: no longer counted
+    assert len(idle) == 1
+    assert idle.keep(first, "a", "conn-a") == []
+    assert idle.keep(first, "c", "conn-c") == ["conn-b"]  # another transport's, the oldest
+    assert second == {}
+    assert first == {"a": "conn-a", "c": "conn-c"}
+    assert idle.closed == 1
+    assert idle.take(second, "b") is None
+    assert sorted(idle.drop(first)) == ["conn-a", "conn-c"]
+    assert first == {}
+    assert len(idle) == 0
+
+
+def test_the_default_cap_leaves_room_for_requests_and_everything_else() -> None:
+    assert default_idle_limit(1024) == 480
+    assert default_idle_limit(256) == 96
+    assert default_idle_limit(64) == 0
+    assert default_idle_limit(1_048_576) == MAX_IDLE_CONNECTIONS
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert default_idle_limit() == default_idle_limit(soft)
+
+
+def test_the_cap_from_the_environment() -> None:
+    assert idle_limit_from_environment({}) == default_idle_limit()
+    assert idle_limit_from_environment({"TRIO_CRAWLER_MAX_IDLE": "7"}) == 7
+    assert idle_limit_from_environment({"TRIO_CRAWLER_MAX_IDLE": "None"}) is None
+    with pytest.raises(ConfigError, match="TRIO_CRAWLER_MAX_IDLE must be a number >= 0 or"):
+        idle_limit_from_environment({"TRIO_CRAWLER_MAX_IDLE": "-1"})
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_the_crawls_least_recently_used_idle_connection_is_closed_first() -> None:
+    shared = CrawlConnections(idle_limit=2)
+    routes = {"/": Reply.html("ok")}
+    async with (
+        open_test_server(routes, host="127.0.0.2") as one,
+        open_test_server(routes, host="127.0.0.3") as two,
+        open_test_server(routes, host="127.0.0.4") as three,
+        lean_client(shared) as first,
+        lean_client(shared) as second,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            for client, server in [(first, one), (first, two), (second, three)]:
+                assert isinstance(await fetch(client, server.url()), Response)
+            # Three idle connections, two allowed: the first client's to `one` went.
+            assert (shared.statistics().idle, shared.statistics().idle_closed) == (2, 1)
+            assert isinstance(await fetch(first, two.url()), Response)  # still kept
+            assert isinstance(await fetch(first, one.url()), Response)  # a new one
+            # Keeping that one evicted the second client's, now the least recently used.
+            assert isinstance(await fetch(second, three.url()), Response)
+    assert (one.connections, two.connections, three.connections) == (2, 1, 2)
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_a_connection_in_use_is_neither_counted_nor_closed_by_the_cap() -> None:
+    shared = CrawlConnections(idle_limit=1)
+    body = b"x" * 300_000
+    async with (
+        open_test_server({"/": Reply(body=body)}, host="127.0.0.2") as busy,
+        open_test_server({"/": Reply.html("ok")}, host="127.0.0.3") as one,
+        open_test_server({"/": Reply.html("ok")}, host="127.0.0.4") as two,
+        lean_client(shared) as reader,
+        lean_client(shared) as other,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            async with reader.stream("GET", busy.url()) as response:
+                for server in (one, two, one):
+                    assert isinstance(await fetch(other, server.url()), Response)
+                assert shared.statistics().idle == 1  # the other client's; not ours
+                assert await response.aread() == body
+            assert shared.statistics().idle == 1  # ours, kept; the other's evicted
+            assert isinstance(await fetch(reader, busy.url()), Response)
+    assert busy.connections == 1
+    assert one.connections == 2  # evicted by the other client's connection to `two`
+
+
+# The cap on a real crawl.
+
+HOSTS = 300
+PAGES = {"/": page("/1", "/2"), "/1": page("/2"), "/2": page("/")}
+
+
+def limit_descriptors_to_256() -> None:
+    """In the child, before it runs Python: the file limit of a small container."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+async def crawl_many_hosts(
+    tmp_path: Path, engine_name: str, environment: dict[str, str]
+) -> tuple[int, str, list[dict[str, object]]]:
+    """Crawl :data:`HOSTS` hosts of :data:`PAGES` each with the command line, limited to
+    256 descriptors: its exit status, its stderr and its records."""
+    output = tmp_path / "records.jsonl"
+    async with contextlib.AsyncExitStack() as servers:
+        roots = []
+        for number in range(HOSTS):
+            host = f"127.0.{1 + number // 250}.{1 + number % 250}"
+            server = await servers.enter_async_context(open_test_server(PAGES, host=host))
+            roots.append(server.url())
+        with anyio.fail_after(HANG_LIMIT):
+            done = await trio.run_process(
+                [
+                    *(sys.executable, "-m", "trio_crawler", "--engine", engine_name),
+                    *("--ignore-robots", "--no-progress", "-q", "--max-tasks", "100"),
+                    *("-o", str(output), *roots),
+                ],
+                env={**os.environ, **environment},
+                preexec_fn=limit_descriptors_to_256,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+    lines = output.read_text(encoding="utf-8").splitlines() if output.exists() else []
+    return done.returncode, done.stderr.decode(errors="replace"), [json.loads(x) for x in lines]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+@pytest.mark.parametrize("engine_name", list(ENGINES))
+async def test_a_crawl_of_300_hosts_fits_in_256_descriptors(
+    tmp_path: Path, engine_name: str
+) -> None:
+    status, stderr, records = await crawl_many_hosts(tmp_path, engine_name, {})
+    assert status == 0, stderr
+    assert "Too many open files" not in stderr
+    assert len(records) == HOSTS * len(PAGES), stderr
+    failed = [record for record in records if record["status"] != 200]
+    assert failed == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_without_the_cap_the_same_crawl_runs_out_of_descriptors(tmp_path: Path) -> None:
+    status, stderr, records = await crawl_many_hosts(
+        tmp_path, "trio", {"TRIO_CRAWLER_MAX_IDLE": "none", "TRIO_CRAWLER_TRANSPORT": "lean"}
+    )
+    failed = [record for record in records if record["status"] != 200]
+    assert failed, (status, stderr)
+    assert {record["exception"] for record in failed} == {
+        "ConnectError: [Errno 24] Too many open files"
+    }
 
 
 # The lookup cache on its own.
@@ -288,7 +463,7 @@ async def test_tls_to_a_resolved_address_checks_the_host_name(
     fake_resolver(monkeypatch, {"site-a.test": ["127.0.0.1"]})
     async with (
         open_test_server({"/": Reply.html("ok")}, ssl_context=server_context) as server,
-        lean_client(CrawlConnections(), trusting) as client,
+        lean_client(CrawlConnections(idle_limit=4), trusting) as client,
     ):
         assert isinstance(client, TransportClient)
         with anyio.fail_after(HANG_LIMIT):

@@ -129,10 +129,12 @@ def open_client(
     it is an ``AsyncClient`` on httpx's own transport, which handles proxies. ``transport``
     (``lean`` or ``httpx``) overrides the variable.
 
-    ``connections`` is what the crawler's own transports of one crawl share: the host-name
-    cache (one for the crawl, passed to each client; None gives the client one of its own).
-    httpx's own transport has none: httpcore looks each connection's host up again; see
-    :mod:`trio_crawler._connections`.
+    ``connections`` is what the crawler's own transports of one crawl share: the cap on
+    their idle connections and the host-name cache (one for the crawl, passed to each
+    client; None gives the client one of its own). httpx's own transport has neither: its
+    pool keeps ``max_keepalive_connections`` idle (``max_connections`` here, which is 1 for
+    a worker's client, so a crawl holds at most ``--max-tasks`` connections) and httpcore
+    looks each connection's host up again; see :mod:`trio_crawler._connections`.
     """
     trust_env = proxy_from_environment or ssl_context is None
     chosen = transport if transport is not None else choose_transport()

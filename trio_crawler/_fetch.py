@@ -390,12 +390,12 @@ class Fetcher:
         keep_exchanges: Attach each attempt as sent and received to its outcome (``--warc``).
 
     Attributes:
-        connections: What the workers' clients share (the host-name cache and its
-            counts), or None when a caller's client is used.
+        connections: What the workers' clients share (the cap on idle connections, the
+            host-name cache, and their counts), or None when a caller's client is used.
 
     Raises:
         ConfigError: If ``client`` is None and ``TRIO_CRAWLER_HTTP`` names no installed
-            library.
+            library, or ``TRIO_CRAWLER_MAX_IDLE`` is neither a number nor ``none``.
     """
 
     def __init__(
@@ -416,8 +416,8 @@ class Fetcher:
         # Whether worker clients take a proxy from the environment: asked when the first
         # one is made, not for each (see open_client).
         self._proxy_from_environment: bool | None = None
-        # What the workers' transports share: the host-name cache.
-        self.connections = CrawlConnections() if client is None else None
+        # What the workers' transports share: the cap on idle connections, the name cache.
+        self.connections = CrawlConnections.from_environment() if client is None else None
 
     def new_client(self) -> Client:
         """A client for one worker, which makes one request at a time.

@@ -4,12 +4,12 @@ Theory of operation
 -------------------
 Given a host name, ``anyio.connect_tcp`` asks ``getaddrinfo`` each time, in a worker
 thread, and the system may ask a DNS server each time too. A crawl opens a connection per
-worker and origin, and opens another whenever the server closed an idle one, so a site
-crawled by a hundred workers would be looked up a hundred times and more.
-:class:`HostLookups` is shared by every transport of a crawl: the first connection to a
-host looks it up, later ones read the answer from a bounded cache
-(:class:`~trio_crawler._lru.LRU`), and connections that ask while a lookup is under way
-wait for that one instead of starting their own.
+worker and origin, and opens another whenever an idle one was closed (by the server, or by
+the crawl's cap on idle connections), so a site crawled by a hundred workers would be
+looked up a hundred times and more. :class:`HostLookups` is shared by every transport of
+a crawl: the first connection to a host looks it up, later ones read the answer from a
+bounded cache (:class:`~trio_crawler._lru.LRU`), and connections that ask while a lookup
+is under way wait for that one instead of starting their own.
 
 A failed lookup is kept too, for :data:`FAILED_LOOKUP_SECONDS`: without it, each URL of a
 host that does not exist, and each retry of each, would ask the resolver again. A success

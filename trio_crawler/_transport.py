@@ -13,9 +13,11 @@ other case the connection is closed. So there is nothing to strand: a connection
 either idle in the transport, or owned by the one request using it.
 
 What the transports of one crawl share is a :class:`~trio_crawler._connections.CrawlConnections`:
-a cache of host-name lookups, so that a host is resolved once per crawl rather than once
-per connection. The transport connects to the addresses the cache gives, and speaks TLS
-to the host name. A transport made on its own has one of its own.
+a cap on their idle connections all together (the least recently used one is closed when
+keeping another would pass it, so that a crawl of thousands of hosts stays within the
+process's file limit), and a cache of host-name lookups, so that a host is resolved once
+per crawl rather than once per connection. The transport connects to the addresses the
+cache gives, and speaks TLS to the host name. A transport made on its own has one of its own.
 
 The protocol is h11's (httpx's own HTTP/1.1 parser underneath httpcore): this module only
 moves bytes between h11 and an AnyIO byte stream, which runs on Trio and on asyncio alike.
@@ -164,14 +166,19 @@ def lean_transport_class(
             self, ssl_context: ssl.SSLContext, connections: CrawlConnections | None = None
         ) -> None:
             self._ssl_context = ssl_context
-            self._shared = connections if connections is not None else CrawlConnections()
+            self._shared = (
+                connections if connections is not None else CrawlConnections.from_environment()
+            )
+            # This transport's idle connections by origin, changed only through
+            # self._shared.idle, which counts them against the crawl's cap.
             self._idle: dict[tuple[Any, ...], _Connection] = {}
 
         async def _keep(self, key: tuple[Any, ...], connection: _Connection) -> None:
             if key in self._idle:  # one idle connection per origin is enough
                 await _close(connection)
-            else:
-                self._idle[key] = connection
+                return
+            for evicted in self._shared.idle.keep(self._idle, key, connection):
+                await _close(evicted)  # the crawl's least recently used idle connection
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             url = request.url
@@ -186,7 +193,7 @@ def lean_transport_class(
             target = url.raw_path
             headers = list(request.headers.raw)
             body = request.read() if request.method not in ("GET", "HEAD") else b""
-            connection = self._idle.pop(key, None)
+            connection = self._shared.idle.take(self._idle, key)
             if connection is not None and not _alive(connection):
                 await _close(connection)  # the server let it go while it was idle
                 connection = None
@@ -272,8 +279,7 @@ def lean_transport_class(
             return response
 
         async def aclose(self) -> None:
-            idle, self._idle = self._idle, {}
-            for connection in idle.values():
+            for connection in self._shared.idle.drop(self._idle):
                 await _close(connection)
 
     return LeanTransport

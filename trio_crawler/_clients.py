@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
     from types import ModuleType
 
+    from ._connections import CrawlConnections
+
 # What servers see: the product token robots.txt groups are matched on, and our version.
 DEFAULT_USER_AGENT = f"{PRODUCT_TOKEN}/{__version__}"
 
@@ -106,6 +108,7 @@ def open_client(
     user_agent: str = DEFAULT_USER_AGENT,
     proxy_from_environment: bool = True,
     transport: str | None = None,
+    connections: CrawlConnections | None = None,
 ) -> Client:
     """Make a client of ``library`` (see :func:`choose_http_library`) set up for crawling.
 
@@ -125,13 +128,22 @@ def open_client(
     unless ``TRIO_CRAWLER_TRANSPORT`` says ``httpx`` or the environment names a proxy: then
     it is an ``AsyncClient`` on httpx's own transport, which handles proxies. ``transport``
     (``lean`` or ``httpx``) overrides the variable.
+
+    ``connections`` is what the crawler's own transports of one crawl share: the cap on
+    their idle connections and the host-name cache (one for the crawl, passed to each
+    client; None gives the client one of its own). httpx's own transport has neither: its
+    pool keeps ``max_keepalive_connections`` idle (``max_connections`` here, which is 1 for
+    a worker's client, so a crawl holds at most ``--max-tasks`` connections) and httpcore
+    looks each connection's host up again; see :mod:`trio_crawler._connections`.
     """
     trust_env = proxy_from_environment or ssl_context is None
     chosen = transport if transport is not None else choose_transport()
     headers = {"user-agent": user_agent, "accept": "*/*", "accept-encoding": ACCEPT_ENCODING}
     if chosen == "lean" and not (trust_env and environment_names_a_proxy()):
         context = ssl_context if ssl_context is not None else default_ssl_context()
-        return TransportClient(library, lean_transport_class(library)(context), headers)
+        return TransportClient(
+            library, lean_transport_class(library)(context, connections), headers
+        )
     client: httpx.AsyncClient = library.AsyncClient(
         trust_env=trust_env,
         follow_redirects=False,

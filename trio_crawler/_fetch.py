@@ -66,6 +66,7 @@ from ._clients import (
     open_client,
 )
 from ._config import DEFAULT_MAX_SIZE
+from ._connections import CrawlConnections
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._sitemaps import MAX_SITEMAP_BYTES
@@ -389,9 +390,13 @@ class Fetcher:
         user_agent: The User-Agent header.
         keep_exchanges: Attach each attempt as sent and received to its outcome (``--warc``).
 
+    Attributes:
+        connections: What the workers' clients share (the cap on idle connections, the
+            host-name cache, and their counts), or None when a caller's client is used.
+
     Raises:
         ConfigError: If ``client`` is None and ``TRIO_CRAWLER_HTTP`` names no installed
-            library.
+            library, or ``TRIO_CRAWLER_MAX_IDLE`` is neither a number nor ``none``.
     """
 
     def __init__(
@@ -412,6 +417,8 @@ class Fetcher:
         # Whether worker clients take a proxy from the environment: asked when the first
         # one is made, not for each (see open_client).
         self._proxy_from_environment: bool | None = None
+        # What the workers' transports share: the cap on idle connections, the name cache.
+        self.connections = CrawlConnections.from_environment() if client is None else None
 
     def new_client(self) -> Client:
         """A client for one worker, which makes one request at a time.
@@ -429,6 +436,7 @@ class Fetcher:
             ssl_context=default_ssl_context(),
             user_agent=self._user_agent,
             proxy_from_environment=self._proxy_from_environment,
+            connections=self.connections,
         )
 
     async def fetch(self, client: Client, request: FetchRequest) -> Outcome:

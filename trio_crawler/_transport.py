@@ -12,6 +12,13 @@ response was read to its end and h11 says the connection can carry another; in e
 other case the connection is closed. So there is nothing to strand: a connection is
 either idle in the transport, or owned by the one request using it.
 
+What the transports of one crawl share is a :class:`~trio_crawler._connections.CrawlConnections`:
+a cap on their idle connections all together (the least recently used one is closed when
+keeping another would pass it, so that a crawl of thousands of hosts stays within the
+process's file limit), and a cache of host-name lookups, so that a host is resolved once
+per crawl rather than once per connection. The transport connects to the addresses the
+cache gives, and speaks TLS to the host name. A transport made on its own has one of its own.
+
 The protocol is h11's (httpx's own HTTP/1.1 parser underneath httpcore): this module only
 moves bytes between h11 and an AnyIO byte stream, which runs on Trio and on asyncio alike.
 TLS uses the crawler's shared SSL context, with the host as SNI and for verification.
@@ -40,8 +47,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.streams.tls
 import h11
 
+from ._connections import CrawlConnections, open_connection
+from ._lookups import HostLookupError
 from ._options import ConfigError
 
 if TYPE_CHECKING:
@@ -108,7 +118,7 @@ class _Connection:
 @functools.cache
 def lean_transport_class(
     library: ModuleType,
-) -> Callable[[ssl.SSLContext], httpx.AsyncBaseTransport]:
+) -> Callable[[ssl.SSLContext, CrawlConnections | None], httpx.AsyncBaseTransport]:
     """The transport class for ``library`` (httpx or httpx2), whose base class, response
     class and exceptions it uses."""
 
@@ -152,15 +162,23 @@ def lean_transport_class(
     class LeanTransport(library.AsyncBaseTransport):  # type: ignore[name-defined,misc]
         """See the module docstring."""
 
-        def __init__(self, ssl_context: ssl.SSLContext) -> None:
+        def __init__(
+            self, ssl_context: ssl.SSLContext, connections: CrawlConnections | None = None
+        ) -> None:
             self._ssl_context = ssl_context
+            self._shared = (
+                connections if connections is not None else CrawlConnections.from_environment()
+            )
+            # This transport's idle connections by origin, changed only through
+            # self._shared.idle, which counts them against the crawl's cap.
             self._idle: dict[tuple[Any, ...], _Connection] = {}
 
         async def _keep(self, key: tuple[Any, ...], connection: _Connection) -> None:
             if key in self._idle:  # one idle connection per origin is enough
                 await _close(connection)
-            else:
-                self._idle[key] = connection
+                return
+            for evicted in self._shared.idle.keep(self._idle, key, connection):
+                await _close(evicted)  # the crawl's least recently used idle connection
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             url = request.url
@@ -175,7 +193,7 @@ def lean_transport_class(
             target = url.raw_path
             headers = list(request.headers.raw)
             body = request.read() if request.method not in ("GET", "HEAD") else b""
-            connection = self._idle.pop(key, None)
+            connection = self._shared.idle.take(self._idle, key)
             if connection is not None and not _alive(connection):
                 await _close(connection)  # the server let it go while it was idle
                 connection = None
@@ -184,19 +202,32 @@ def lean_transport_class(
             return await self._exchange(connection, key, request.method, target, headers, body)
 
         async def _connect(self, scheme: str, host: str, port: int) -> _Connection:
+            """Look ``host`` up (through the crawl's cache), connect to its addresses,
+            and over https do the TLS handshake with ``host`` as SNI and as the name the
+            certificate must carry, as ``anyio.connect_tcp`` does."""
             try:
-                if scheme == "https":
-                    stream: anyio.abc.ByteStream = await anyio.connect_tcp(
-                        host,
-                        port,
-                        ssl_context=self._ssl_context,
-                        tls_hostname=host,
-                        tls_standard_compatible=False,
-                    )
-                else:
-                    stream = await anyio.connect_tcp(host, port)
-            except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
-                raise library.ConnectError(_describe(exc)) from exc
+                addresses = await self._shared.lookups.addresses(host)
+            except HostLookupError as exc:
+                raise library.ConnectError(str(exc)) from exc
+            try:
+                tcp = await open_connection(addresses, port)
+            except OSError as exc:  # "[Errno 111] Connection refused", as httpcore says it
+                raise library.ConnectError(str(exc) or _describe(exc)) from exc
+            if scheme != "https":
+                return _Connection(tcp)
+            try:
+                stream = await anyio.streams.tls.TLSStream.wrap(
+                    tcp,
+                    server_side=False,
+                    hostname=host,
+                    ssl_context=self._ssl_context,
+                    standard_compatible=False,
+                )
+            except BaseException as exc:
+                await anyio.aclose_forcefully(tcp)
+                if isinstance(exc, OSError | ssl.SSLError | anyio.BrokenResourceError):
+                    raise library.ConnectError(_describe(exc)) from exc
+                raise
             return _Connection(stream)
 
         async def _exchange(
@@ -248,8 +279,7 @@ def lean_transport_class(
             return response
 
         async def aclose(self) -> None:
-            idle, self._idle = self._idle, {}
-            for connection in idle.values():
+            for connection in self._shared.idle.drop(self._idle):
                 await _close(connection)
 
     return LeanTransport

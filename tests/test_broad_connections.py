@@ -1,0 +1,475 @@
+"""Connections and names at scale: the crawl-wide cap on idle connections, and the
+host-name cache (``_connections.py``, ``_lookups.py``, ``_lru.py``).
+
+The cap is shown where it matters, on a real crawl: the command line, in a process whose
+file limit is 256, crawls 300 hosts (loopback addresses 127.0.1.1 and up, which Linux
+routes to ``lo``, each served by a test server in this process) with 100 workers. With
+the cap every page is recorded; without it (``TRIO_CRAWLER_MAX_IDLE=none``) the idle
+connections of the workers use up the descriptors and connections fail with ``EMFILE``.
+
+The cache is shown by crawls of host names that a fake ``getaddrinfo`` answers (so that
+Trio's virtual clock never sees a thread), counting the lookups it is asked for, and by a
+crawl of ``localhost`` through the system's resolver on the real clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import resource
+import socket
+import ssl
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+import trio
+import trustme
+from trio.testing import MockClock
+
+from trio_crawler._cli import ENGINES
+from trio_crawler._clients import Client, TransportClient, choose_http_library, open_client
+from trio_crawler._connections import (
+    MAX_IDLE_CONNECTIONS,
+    CrawlConnections,
+    IdleConnections,
+    default_idle_limit,
+    idle_limit_from_environment,
+)
+from trio_crawler._events import FetchError, Response
+from trio_crawler._fetch import fetch
+from trio_crawler._lookups import (
+    FAILED_LOOKUP_SECONDS,
+    HostLookupError,
+    HostLookups,
+    happy_eyeballs_order,
+)
+from trio_crawler._lru import LRU
+from trio_crawler._options import ConfigError
+
+from conftest import AUTOJUMP_THRESHOLD, Engine
+from httpserver import Reply, open_test_server
+from support import HANG_LIMIT, by_url, crawl, page
+
+BOTH_BACKENDS = pytest.mark.parametrize("anyio_backend", ["trio", "asyncio"])
+NO_SUCH_NAME = "[Errno -2] Name or service not known"
+
+
+class FakeResolver:
+    """``getaddrinfo`` for the names in ``names`` (each to its addresses), failing for any
+    other as the system does for a name that does not exist; it counts the names it is
+    asked for, and each answer takes ``delay`` seconds, so that lookups overlap."""
+
+    def __init__(self, names: dict[str, Sequence[str]], *, delay: float = 0.0) -> None:
+        self.names = names
+        self.delay = delay
+        self.asked: collections.Counter[str] = collections.Counter()
+
+    async def __call__(
+        self, host: str, port: object, **options: object
+    ) -> list[tuple[int, int, int, str, tuple[str, int]]]:
+        self.asked[host] += 1
+        await anyio.sleep(self.delay)
+        if host not in self.names:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [
+            (
+                socket.AF_INET6 if ":" in address else socket.AF_INET,
+                socket.SOCK_STREAM,
+                socket.IPPROTO_TCP,
+                "",
+                (address, 0),
+            )
+            for address in self.names[host]
+        ]
+
+
+@pytest.fixture
+def lean(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The crawler's own transport, whatever TRIO_CRAWLER_TRANSPORT the run has: what is
+    tested here is that transport's (httpx's own has neither the cap nor the cache)."""
+    monkeypatch.setenv("TRIO_CRAWLER_TRANSPORT", "lean")
+
+
+def fake_resolver(
+    monkeypatch: pytest.MonkeyPatch, names: dict[str, Sequence[str]], *, delay: float = 0.0
+) -> FakeResolver:
+    resolver = FakeResolver(names, delay=delay)
+    monkeypatch.setattr("trio_crawler._lookups.getaddrinfo", resolver)
+    return resolver
+
+
+def lean_client(connections: CrawlConnections, ssl_context: ssl.SSLContext | None = None) -> Client:
+    return open_client(
+        library=choose_http_library(),
+        max_connections=1,
+        transport="lean",
+        connections=connections,
+        ssl_context=ssl_context,
+    )
+
+
+# The LRU on its own.
+
+
+def test_the_lru_evicts_the_least_recently_used_and_says_what() -> None:
+    lru: LRU[str, int] = LRU(2)
+    assert lru.put("a", 1) == []
+    assert lru.put("b", 2) == []
+    assert lru.get("a") == 1  # now "b" is the least recently used
+    assert lru.put("c", 3) == [("b", 2)]
+    assert lru.keys() == ["a", "c"]
+    assert lru.put("a", 10) == []  # a new value for a key kept moves it to the end
+    assert lru.keys() == ["c", "a"]
+    assert lru.pop("c") == 3
+    assert lru.pop("c") is None
+    assert lru.get("missing") is None
+    assert len(lru) == 1
+    assert "a" in lru
+    assert "c" not in lru
+
+
+def test_an_lru_of_capacity_zero_keeps_nothing_and_none_keeps_everything() -> None:
+    nothing: LRU[str, int] = LRU(0)
+    assert nothing.put("a", 1) == [("a", 1)]
+    assert len(nothing) == 0
+    everything: LRU[int, int] = LRU(None)
+    for number in range(1000):
+        assert everything.put(number, number) == []
+    assert len(everything) == 1000
+    with pytest.raises(ValueError, match="capacity must be >= 0 or None, not -1"):
+        LRU(-1)
+
+
+# The cap, on its own and through the transport.
+
+
+def test_idle_connections_evict_across_transports_and_keep_their_dicts_true() -> None:
+    idle: IdleConnections[str] = IdleConnections(2)
+    first: dict[str, str] = {}
+    second: dict[str, str] = {}
+    assert idle.keep(first, "a", "conn-a") == []
+    assert idle.keep(second, "b", "conn-b") == []
+    assert idle.take(first, "a") == "conn-a"  # in use: no longer counted
+    assert len(idle) == 1
+    assert idle.keep(first, "a", "conn-a") == []
+    assert idle.keep(first, "c", "conn-c") == ["conn-b"]  # another transport's, the oldest
+    assert second == {}
+    assert first == {"a": "conn-a", "c": "conn-c"}
+    assert idle.closed == 1
+    assert idle.take(second, "b") is None
+    assert sorted(idle.drop(first)) == ["conn-a", "conn-c"]
+    assert first == {}
+    assert len(idle) == 0
+
+
+def test_the_default_cap_leaves_room_for_requests_and_everything_else() -> None:
+    assert default_idle_limit(1024) == 480
+    assert default_idle_limit(256) == 96
+    assert default_idle_limit(64) == 0
+    assert default_idle_limit(1_048_576) == MAX_IDLE_CONNECTIONS
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert default_idle_limit() == default_idle_limit(soft)
+
+
+def test_the_cap_from_the_environment() -> None:
+    assert idle_limit_from_environment({}) == default_idle_limit()
+    assert idle_limit_from_environment({"TRIO_CRAWLER_MAX_IDLE": "7"}) == 7
+    assert idle_limit_from_environment({"TRIO_CRAWLER_MAX_IDLE": "None"}) is None
+    with pytest.raises(ConfigError, match="TRIO_CRAWLER_MAX_IDLE must be a number >= 0 or"):
+        idle_limit_from_environment({"TRIO_CRAWLER_MAX_IDLE": "-1"})
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_the_crawls_least_recently_used_idle_connection_is_closed_first() -> None:
+    shared = CrawlConnections(idle_limit=2)
+    routes = {"/": Reply.html("ok")}
+    async with (
+        open_test_server(routes, host="127.0.0.2") as one,
+        open_test_server(routes, host="127.0.0.3") as two,
+        open_test_server(routes, host="127.0.0.4") as three,
+        lean_client(shared) as first,
+        lean_client(shared) as second,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            for client, server in [(first, one), (first, two), (second, three)]:
+                assert isinstance(await fetch(client, server.url()), Response)
+            # Three idle connections, two allowed: the first client's to `one` went.
+            assert (shared.statistics().idle, shared.statistics().idle_closed) == (2, 1)
+            assert isinstance(await fetch(first, two.url()), Response)  # still kept
+            assert isinstance(await fetch(first, one.url()), Response)  # a new one
+            # Keeping that one evicted the second client's, now the least recently used.
+            assert isinstance(await fetch(second, three.url()), Response)
+    assert (one.connections, two.connections, three.connections) == (2, 1, 2)
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_a_connection_in_use_is_neither_counted_nor_closed_by_the_cap() -> None:
+    shared = CrawlConnections(idle_limit=1)
+    body = b"x" * 300_000
+    async with (
+        open_test_server({"/": Reply(body=body)}, host="127.0.0.2") as busy,
+        open_test_server({"/": Reply.html("ok")}, host="127.0.0.3") as one,
+        open_test_server({"/": Reply.html("ok")}, host="127.0.0.4") as two,
+        lean_client(shared) as reader,
+        lean_client(shared) as other,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            async with reader.stream("GET", busy.url()) as response:
+                for server in (one, two, one):
+                    assert isinstance(await fetch(other, server.url()), Response)
+                assert shared.statistics().idle == 1  # the other client's; not ours
+                assert await response.aread() == body
+            assert shared.statistics().idle == 1  # ours, kept; the other's evicted
+            assert isinstance(await fetch(reader, busy.url()), Response)
+    assert busy.connections == 1
+    assert one.connections == 2  # evicted by the other client's connection to `two`
+
+
+# The cap on a real crawl.
+
+HOSTS = 300
+PAGES = {"/": page("/1", "/2"), "/1": page("/2"), "/2": page("/")}
+
+
+def limit_descriptors_to_256() -> None:
+    """In the child, before it runs Python: the file limit of a small container."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+async def crawl_many_hosts(
+    tmp_path: Path, engine_name: str, environment: dict[str, str]
+) -> tuple[int, str, list[dict[str, object]]]:
+    """Crawl :data:`HOSTS` hosts of :data:`PAGES` each with the command line, limited to
+    256 descriptors: its exit status, its stderr and its records."""
+    output = tmp_path / "records.jsonl"
+    async with contextlib.AsyncExitStack() as servers:
+        roots = []
+        for number in range(HOSTS):
+            host = f"127.0.{1 + number // 250}.{1 + number % 250}"
+            server = await servers.enter_async_context(open_test_server(PAGES, host=host))
+            roots.append(server.url())
+        with anyio.fail_after(HANG_LIMIT):
+            done = await trio.run_process(
+                [
+                    *(sys.executable, "-m", "trio_crawler", "--engine", engine_name),
+                    *("--ignore-robots", "--no-progress", "-q", "--max-tasks", "100"),
+                    *("-o", str(output), *roots),
+                ],
+                env={**os.environ, **environment},
+                preexec_fn=limit_descriptors_to_256,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+    lines = output.read_text(encoding="utf-8").splitlines() if output.exists() else []
+    return done.returncode, done.stderr.decode(errors="replace"), [json.loads(x) for x in lines]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+@pytest.mark.parametrize("engine_name", list(ENGINES))
+async def test_a_crawl_of_300_hosts_fits_in_256_descriptors(
+    tmp_path: Path, engine_name: str
+) -> None:
+    status, stderr, records = await crawl_many_hosts(tmp_path, engine_name, {})
+    assert status == 0, stderr
+    assert "Too many open files" not in stderr
+    assert len(records) == HOSTS * len(PAGES), stderr
+    failed = [record for record in records if record["status"] != 200]
+    assert failed == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_without_the_cap_the_same_crawl_runs_out_of_descriptors(tmp_path: Path) -> None:
+    status, stderr, records = await crawl_many_hosts(
+        tmp_path, "trio", {"TRIO_CRAWLER_MAX_IDLE": "none", "TRIO_CRAWLER_TRANSPORT": "lean"}
+    )
+    failed = [record for record in records if record["status"] != 200]
+    assert failed, (status, stderr)
+    assert {record["exception"] for record in failed} == {
+        "ConnectError: [Errno 24] Too many open files"
+    }
+
+
+# The lookup cache on its own.
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_lookups_under_way_are_shared_and_answers_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolver = fake_resolver(
+        monkeypatch, {"dual.test": ["127.0.0.5", "::1", "127.0.0.6", "::2"]}, delay=0.01
+    )
+    lookups = HostLookups()
+    answers: list[tuple[str, ...]] = []
+
+    async def look_up() -> None:
+        answers.append(await lookups.addresses("dual.test"))
+
+    with anyio.fail_after(HANG_LIMIT):
+        async with anyio.create_task_group() as task_group:
+            for _ in range(5):
+                task_group.start_soon(look_up)
+        answers.append(await lookups.addresses("dual.test"))
+        assert await lookups.addresses("127.0.0.9") == ("127.0.0.9",)
+        assert await lookups.addresses("::3") == ("::3",)
+    assert resolver.asked == {"dual.test": 1}  # neither the waiting nor the literals asked
+    assert answers == [("::1", "127.0.0.5", "127.0.0.6", "::2")] * 6
+    statistics = lookups.statistics()
+    assert (statistics.lookups, statistics.hits, statistics.failures) == (1, 5, 0)
+
+
+def test_addresses_are_tried_ipv6_then_ipv4_then_the_rest() -> None:
+    v4, v6 = socket.AF_INET, socket.AF_INET6
+    assert happy_eyeballs_order([(v4, "1.1.1.1"), (v4, "2.2.2.2"), (v6, "::1")]) == (
+        "::1",
+        "1.1.1.1",
+        "2.2.2.2",
+    )
+    assert happy_eyeballs_order([(v4, "1.1.1.1"), (v4, "1.1.1.1")]) == ("1.1.1.1",)
+    assert happy_eyeballs_order([]) == ()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=AUTOJUMP_THRESHOLD)})]
+)
+async def test_a_failed_lookup_is_kept_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    resolver = fake_resolver(monkeypatch, {})
+    lookups = HostLookups()
+    reason = f"cannot resolve 'nowhere.test': {NO_SUCH_NAME}"
+    with anyio.fail_after(HANG_LIMIT):
+        for _ in range(3):
+            with pytest.raises(HostLookupError, match=reason.replace("[", r"\[")):
+                await lookups.addresses("nowhere.test")
+        assert resolver.asked == {"nowhere.test": 1}
+        await anyio.sleep(FAILED_LOOKUP_SECONDS)
+        with pytest.raises(HostLookupError):
+            await lookups.addresses("nowhere.test")
+    assert resolver.asked == {"nowhere.test": 2}
+    statistics = lookups.statistics()
+    assert (statistics.lookups, statistics.hits, statistics.failures) == (2, 2, 2)
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_a_cancelled_lookup_leaves_the_name_to_whoever_waited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolver = fake_resolver(monkeypatch, {"slow.test": ["127.0.0.1"]}, delay=0.05)
+    lookups = HostLookups()
+    answers: list[tuple[str, ...]] = []
+
+    async def first(scope: anyio.CancelScope) -> None:
+        with scope:
+            await lookups.addresses("slow.test")
+        answers.append(())  # cancelled, with nothing
+
+    async def waiter() -> None:
+        answers.append(await lookups.addresses("slow.test"))
+
+    first_scope = anyio.CancelScope()
+    with anyio.fail_after(HANG_LIMIT):
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(first, first_scope)
+            await anyio.wait_all_tasks_blocked()  # the first lookup is under way
+            task_group.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()  # the waiter waits for it
+            first_scope.cancel()
+    assert answers == [(), ("127.0.0.1",)]
+    assert resolver.asked == {"slow.test": 2}
+    assert lookups.statistics().cached == 1
+
+
+# The lookup cache on a crawl, and TLS to a name.
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("lean")
+async def test_a_crawl_looks_each_host_name_up_once(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolver = fake_resolver(
+        monkeypatch,
+        {"site-a.test": ["127.0.0.1"], "site-b.test": ["127.0.0.1"]},
+        delay=engine.seconds(1),
+    )
+    links = [f"/{number}" for number in range(8)]
+    routes = {"/": page(*links), **{link: page("/") for link in links}}
+    async with (
+        open_test_server(routes) as site_a,
+        open_test_server(routes) as site_b,
+        open_test_server(routes) as literal,
+    ):
+
+        def named(url: str, name: str) -> str:
+            return url.replace("127.0.0.1", name)
+
+        roots = [named(site_a.url(path), "site-a.test") for path in ("/", *links[:3])]
+        roots += [named(site_b.url(), "site-b.test"), literal.url()]
+        missing = [f"http://nowhere.test:{site_a.port}{path}" for path in ("/x", "/y")]
+        crawler = await crawl(engine, roots + missing, max_tasks=4, obey_robots=False)
+    assert resolver.asked == {"site-a.test": 1, "site-b.test": 1, "nowhere.test": 1}
+    assert site_a.connections > 1  # several workers connected, one lookup
+    records = by_url(crawler)
+    assert len(records) == 3 * len(routes) + len(missing)
+    reason = f"cannot resolve 'nowhere.test': {NO_SUCH_NAME}"
+    for url in missing:
+        assert records[url].status is None
+        assert records[url].exception == f"ConnectError: {reason}"
+    assert {stat.status for url, stat in records.items() if url not in missing} == {200}
+    assert crawler._fetcher.connections is not None
+    statistics = crawler._fetcher.connections.statistics()
+    assert (statistics.lookups, statistics.lookup_failures) == (3, 1)
+    assert statistics.lookup_hits >= site_a.connections - 1
+
+
+@pytest.mark.anyio
+@pytest.mark.real_time  # a real lookup runs in a worker thread
+@pytest.mark.usefixtures("lean")
+async def test_a_crawl_of_localhost_looks_it_up_once(engine: Engine) -> None:
+    links = [f"/{number}" for number in range(6)]
+    routes = {"/": page(*links), **{link: page("/") for link in links}}
+    async with open_test_server(routes) as server:
+        roots = [server.url(path).replace("127.0.0.1", "localhost") for path in ("/", *links)]
+        crawler = await crawl(engine, roots, max_tasks=4, obey_robots=False)
+    assert {stat.status for stat in crawler.done} == {200}
+    assert len(crawler.done) == len(routes)
+    assert server.connections > 1
+    assert crawler._fetcher.connections is not None
+    assert crawler._fetcher.connections.statistics().lookups == 1
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_tls_to_a_resolved_address_checks_the_host_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("site-a.test").configure_cert(server_context)
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    fake_resolver(monkeypatch, {"site-a.test": ["127.0.0.1"]})
+    async with (
+        open_test_server({"/": Reply.html("ok")}, ssl_context=server_context) as server,
+        lean_client(CrawlConnections(idle_limit=4), trusting) as client,
+    ):
+        assert isinstance(client, TransportClient)
+        with anyio.fail_after(HANG_LIMIT):
+            by_name = await fetch(client, server.url().replace("127.0.0.1", "site-a.test"))
+            by_address = await fetch(client, server.url())
+    assert isinstance(by_name, Response), by_name
+    assert by_name.status == 200
+    assert isinstance(by_address, FetchError)  # the certificate names site-a.test only
+    assert "CERTIFICATE_VERIFY_FAILED" in by_address.error

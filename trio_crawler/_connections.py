@@ -1,0 +1,304 @@
+"""What the transports of one crawl share: a cap on idle connections, and the name cache.
+
+Theory of operation
+-------------------
+The crawler's transport (:mod:`trio_crawler._transport`) gives each worker a client of its
+own, and each keeps one idle keep-alive connection per origin it has visited. On one site
+that is one connection per worker. On many, nearly every connection is idle: a hundred
+workers that have each visited a few hundred hosts hold tens of thousands of sockets, and
+long before that the process runs out of file descriptors (``EMFILE``, "Too many open
+files", at 1024 by default on Linux), after which every new connection fails, and so
+does opening anything else.
+
+:class:`IdleConnections` holds every idle connection of a crawl's transports in one
+:class:`~trio_crawler._lru.LRU`, with a cap (:func:`default_idle_limit`). A transport hands
+it a connection to keep idle (:meth:`~IdleConnections.keep`) and takes one back out before
+using it (:meth:`~IdleConnections.take`); when keeping one more would pass the cap, the
+least recently used idle connection, whichever transport it belongs to, is taken out of
+that transport and handed back to be closed. A connection in use is never in the LRU: a
+request owns it from ``take`` until its response is read to the end, so it is neither
+counted as idle nor ever closed by the cap.
+
+This needs no lock: keeping, taking and evicting are plain dictionary operations on one
+event loop, with no await between reading and changing. Closing an evicted connection is
+the one thing that awaits, and it is done by the task that kept the newer one: the
+evicted connection is out of every dictionary by then, so no task can take it, and since
+it was idle no task is blocked reading or writing it. A forceful, shielded close (the
+transport's ``_close``) sends nothing and waits for nothing, which is what makes closing
+a stream that another task opened safe on Trio and on asyncio alike.
+
+:class:`CrawlConnections` is the one object of a crawl that every transport it builds is
+given: the idle cap and the host-name cache (:class:`~trio_crawler._lookups.HostLookups`),
+with :meth:`~CrawlConnections.statistics` to read what they did. :func:`open_connection`
+connects to the addresses a lookup gave, trying the next one after 250 ms as
+``anyio.connect_tcp`` does (happy eyeballs).
+
+With ``TRIO_CRAWLER_TRANSPORT=httpx`` (or a proxy in the environment) none of this is used:
+each worker's ``AsyncClient`` has httpx's own pool, with ``limits=`` of one connection
+(``max_connections=1``, so ``max_keepalive_connections`` is 1 too), so the crawl holds at
+most ``--max-tasks`` connections, idle or not, and httpcore closes a client's idle
+connection before it opens one to another origin; names are looked up by httpcore, once
+per connection. A caller's own ``client=`` keeps its own limits.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import anyio
+import anyio.abc
+
+from ._lookups import HostLookups
+from ._lru import LRU
+from ._options import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable, Mapping, MutableMapping, Sequence
+
+
+try:
+    import resource
+except ImportError:  # Windows: no RLIMIT_NOFILE to read
+    resource = None  # type: ignore[assignment]
+
+C = TypeVar("C")
+
+# The variable that overrides the default cap: a number (0 keeps no connection idle), or
+# "none" for no cap. For measurements and the test suite, like TRIO_CRAWLER_TRANSPORT.
+MAX_IDLE_VARIABLE = "TRIO_CRAWLER_MAX_IDLE"
+
+# File descriptors set aside for what is not a connection: stdin, stdout and stderr, the
+# event loop's own (epoll, its wake-up socket pair), the -o, --items and --warc files, a
+# --state file with its WAL and shared-memory files, Redis connections, a resolver's
+# sockets. Two dozen is the most counted in a crawl using all of them; 64 leaves room.
+RESERVED_DESCRIPTORS = 64
+
+# The default cap however high the limit: a connection idle long is usually closed by its
+# server anyway (nginx's keepalive_timeout is 75 s, Apache's KeepAliveTimeout 5 s), and each
+# one holds kernel buffers and, over TLS, tens of KiB of OpenSSL's state.
+MAX_IDLE_CONNECTIONS = 4096
+
+# Without a limit to read (Windows, whose sockets are not file descriptors), a cap that
+# still lets a crawl of a few hundred workers keep a connection each.
+UNKNOWN_LIMIT_IDLE_CONNECTIONS = 512
+
+# RFC 8305 section 5's recommended Connection Attempt Delay, and anyio.connect_tcp's
+# happy_eyeballs_delay: how long one address may take to connect before the next is tried.
+CONNECTION_ATTEMPT_DELAY = 0.25
+
+
+def default_idle_limit(soft_limit: int | None = None) -> int:
+    """The default cap on a crawl's idle connections, from the process's file limit.
+
+    Every connection is a file descriptor, and the soft ``RLIMIT_NOFILE`` (``ulimit -n``)
+    is how many the process may have. :data:`RESERVED_DESCRIPTORS` of them are set aside
+    for what is not a connection, and half of the rest may be idle connections; the other
+    half is left for connections in use, one per request in flight (``--max-tasks``, 100
+    by default), which are never closed to make room. So at the common limit of 1024, 480
+    idle connections; at 256, 96; never more than :data:`MAX_IDLE_CONNECTIONS`.
+
+    Args:
+        soft_limit: The limit to work from; None reads the process's own.
+    """
+    if soft_limit is None:
+        if resource is None:
+            return UNKNOWN_LIMIT_IDLE_CONNECTIONS
+        soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft_limit == resource.RLIM_INFINITY:
+            return MAX_IDLE_CONNECTIONS
+    return max(0, min(MAX_IDLE_CONNECTIONS, (soft_limit - RESERVED_DESCRIPTORS) // 2))
+
+
+def idle_limit_from_environment(environ: Mapping[str, str] = os.environ) -> int | None:
+    """The cap :data:`MAX_IDLE_VARIABLE` sets (None for ``none``: no cap), else the default.
+
+    Raises:
+        ConfigError: For a value that is neither a number >= 0 nor ``none``.
+    """
+    value = environ.get(MAX_IDLE_VARIABLE, "").strip().lower()
+    if not value:
+        return default_idle_limit()
+    if value == "none":
+        return None
+    if value.isdigit():
+        return int(value)
+    raise ConfigError(MAX_IDLE_VARIABLE, f"must be a number >= 0 or 'none', not {value!r}")
+
+
+class IdleConnections(Generic[C]):
+    """A crawl's idle keep-alive connections, across all its transports, capped.
+
+    Each transport keeps its idle connections in a dictionary of its own, by origin; this
+    object changes those dictionaries only through :meth:`keep`, :meth:`take` and
+    :meth:`drop`, and so keeps the invariant that a connection is in its transport's
+    dictionary exactly when it is counted here. See the module docstring.
+
+    Args:
+        limit: The most idle connections at once; 0 keeps none, None any number.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        # Each idle connection, least recently kept first, with where its transport has it.
+        self._lru: LRU[C, tuple[MutableMapping[Any, C], Hashable]] = LRU(limit)
+        self.closed = 0  # idle connections the cap has evicted
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def keep(self, idle: MutableMapping[Any, C], key: Hashable, connection: C) -> list[C]:
+        """Put ``connection``, now idle, in ``idle[key]`` (``key`` must be free there).
+
+        Returns:
+            The connections evicted to stay within the cap, least recently used first,
+            already out of their transports' dictionaries: the caller closes them. With a
+            cap of 0, that is ``connection`` itself.
+        """
+        idle[key] = connection
+        evicted = self._lru.put(connection, (idle, key))
+        for _, (owner, owner_key) in evicted:
+            del owner[owner_key]
+        self.closed += len(evicted)
+        return [old for old, _ in evicted]
+
+    def take(self, idle: MutableMapping[Any, C], key: Hashable) -> C | None:
+        """Take the idle connection at ``idle[key]`` out, for a request to use; or None."""
+        connection = idle.pop(key, None)
+        if connection is not None:
+            self._lru.pop(connection)
+        return connection
+
+    def drop(self, idle: MutableMapping[Any, C]) -> list[C]:
+        """Take every connection of ``idle`` out (its transport is closing): the caller
+        closes them."""
+        connections = list(idle.values())
+        idle.clear()
+        for connection in connections:
+            self._lru.pop(connection)
+        return connections
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionStatistics:
+    """What a crawl's transports have shared so far.
+
+    Attributes:
+        idle: Idle keep-alive connections now.
+        idle_limit: The cap on them (None: no cap).
+        idle_closed: Idle connections closed to stay within the cap.
+        lookups: Host names handed to the resolver.
+        lookup_hits: New connections whose addresses came from the cache (or from a
+            lookup already under way).
+        lookup_failures: Lookups that failed.
+        names_cached: Host names cached now, failures included.
+    """
+
+    idle: int
+    idle_limit: int | None
+    idle_closed: int
+    lookups: int
+    lookup_hits: int
+    lookup_failures: int
+    names_cached: int
+
+
+class CrawlConnections:
+    """The one object of a crawl that all the transports it builds share.
+
+    It holds the cap on idle connections (:attr:`idle`) and the host-name cache
+    (:attr:`lookups`); see the module docstring. Made once per crawl, before its first
+    client, and used from that crawl's event loop only.
+
+    Args:
+        idle_limit: The cap on idle connections (None: no cap); see
+            :meth:`from_environment` for the crawl's default.
+    """
+
+    def __init__(self, *, idle_limit: int | None) -> None:
+        self.idle: IdleConnections[Any] = IdleConnections(idle_limit)
+        self.lookups = HostLookups()
+
+    @classmethod
+    def from_environment(cls) -> CrawlConnections:
+        """With the cap ``TRIO_CRAWLER_MAX_IDLE`` sets, else :func:`default_idle_limit`.
+
+        Raises:
+            ConfigError: If ``TRIO_CRAWLER_MAX_IDLE`` is neither a number >= 0 nor ``none``.
+        """
+        return cls(idle_limit=idle_limit_from_environment())
+
+    def statistics(self) -> ConnectionStatistics:
+        lookups = self.lookups.statistics()
+        return ConnectionStatistics(
+            idle=len(self.idle),
+            idle_limit=self.idle.limit,
+            idle_closed=self.idle.closed,
+            lookups=lookups.lookups,
+            lookup_hits=lookups.hits,
+            lookup_failures=lookups.failures,
+            names_cached=lookups.cached,
+        )
+
+
+async def open_connection(addresses: Sequence[str], port: int) -> anyio.abc.SocketStream:
+    """A TCP connection to the first of ``addresses`` that answers.
+
+    One address is connected to directly. With several, the first is tried, and each next
+    one :data:`CONNECTION_ATTEMPT_DELAY` later or as soon as the one before fails; the
+    first to connect wins and the others are cancelled (or closed, if they connected too).
+
+    Raises:
+        OSError: If no address connected: the error itself for one address (``[Errno 111]
+            Connection refused``, ``[Errno 24] Too many open files``), where
+            ``anyio.connect_tcp`` says only "All connection attempts failed" and leaves the
+            reason in its ``__cause__``; for several, one error naming each reason.
+    """
+    if len(addresses) == 1:
+        try:
+            return await anyio.connect_tcp(addresses[0], port)
+        except OSError as exc:
+            reason = _reason(exc)
+            if reason is exc:
+                raise
+            raise reason from None
+    connected: anyio.abc.SocketStream | None = None
+    errors: list[OSError] = []
+
+    async def attempt(address: str, failed: anyio.Event) -> None:
+        nonlocal connected
+        try:
+            stream = await anyio.connect_tcp(address, port)
+        except OSError as exc:
+            errors.append(_reason(exc))
+            failed.set()
+            return
+        if connected is None:
+            connected = stream
+            attempts.cancel_scope.cancel("connected")
+        else:
+            await anyio.aclose_forcefully(stream)
+
+    try:
+        async with anyio.create_task_group() as attempts:
+            for address in addresses:
+                failed = anyio.Event()
+                attempts.start_soon(attempt, address, failed)
+                with anyio.move_on_after(CONNECTION_ATTEMPT_DELAY):
+                    await failed.wait()
+    except BaseException:
+        if connected is not None:
+            await anyio.aclose_forcefully(connected)
+        raise
+    if connected is None:
+        reasons = "; ".join(dict.fromkeys(str(error) for error in errors))
+        raise OSError(f"{len(addresses)} addresses, none connected: {reasons}") from (
+            ExceptionGroup("connection attempts", errors)
+        )
+    return connected
+
+
+def _reason(exc: OSError) -> OSError:
+    """The error under ``anyio.connect_tcp``'s "All connection attempts failed"."""
+    return exc.__cause__ if isinstance(exc.__cause__, OSError) else exc

@@ -53,8 +53,8 @@ from ._cluster import (
     where_of,
 )
 from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
-from ._config import redacted
 from ._frontier import FrontierLost
+from ._option_checks import redacted
 from ._robots import origin_of
 
 if TYPE_CHECKING:

@@ -23,7 +23,8 @@ crawl's table, its defaults and the config the core reads) because it changes fo
 reason: a new option is a row there and never a change here, while a change here (a new
 attribute of an option, a new kind of check) changes how every row of both tables is read.
 The checks here are the generic ones (a whole number, seconds, a truth value); a check that
-knows what one option means (a regular expression, a Redis URL) is declared beside it.
+knows what one option means (a regular expression, a Redis URL) is
+:mod:`trio_crawler._option_checks`'.
 """
 
 from __future__ import annotations

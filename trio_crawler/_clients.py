@@ -40,7 +40,7 @@ from ._transport import choose_transport, lean_transport_class
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Mapping, Sequence
     from types import ModuleType
 
 # What servers see: the product token robots.txt groups are matched on, and our version.
@@ -106,6 +106,7 @@ def open_client(
     user_agent: str = DEFAULT_USER_AGENT,
     proxy_from_environment: bool = True,
     transport: str | None = None,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> Client:
     """Make a client of ``library`` (see :func:`choose_http_library`) set up for crawling.
 
@@ -125,13 +126,22 @@ def open_client(
     unless ``TRIO_CRAWLER_TRANSPORT`` says ``httpx`` or the environment names a proxy: then
     it is an ``AsyncClient`` on httpx's own transport, which handles proxies. ``transport``
     (``lean`` or ``httpx``) overrides the variable.
+
+    ``headers`` (the crawl's ``--header`` values) go with every request the client sends, in
+    the order given, after its own (User-Agent, Accept, Accept-Encoding), replacing one of
+    those that they name.
     """
     trust_env = proxy_from_environment or ssl_context is None
     chosen = transport if transport is not None else choose_transport()
-    headers = {"user-agent": user_agent, "accept": "*/*", "accept-encoding": ACCEPT_ENCODING}
+    own = {"user-agent": user_agent, "accept": "*/*", "accept-encoding": ACCEPT_ENCODING}
+    replaced = {name.lower() for name, _ in headers}
+    all_headers = [
+        *((name, value) for name, value in own.items() if name not in replaced),
+        *headers,
+    ]
     if chosen == "lean" and not (trust_env and environment_names_a_proxy()):
         context = ssl_context if ssl_context is not None else default_ssl_context()
-        return TransportClient(library, lean_transport_class(library)(context), headers)
+        return TransportClient(library, lean_transport_class(library)(context), all_headers)
     client: httpx.AsyncClient = library.AsyncClient(
         trust_env=trust_env,
         follow_redirects=False,
@@ -139,7 +149,7 @@ def open_client(
         limits=library.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
-        headers=headers,
+        headers=all_headers,
         # The crawler's clients keep no cookies, on either transport: see TransportClient.
         cookies=_NO_COOKIES,
         verify=ssl_context if ssl_context is not None else True,
@@ -186,14 +196,18 @@ class TransportClient:
         self,
         library: ModuleType,
         transport: httpx.AsyncBaseTransport,
-        headers: Mapping[str, str],
+        headers: Mapping[str, str] | Sequence[tuple[str, str]],
     ) -> None:
         self._library = library
         self._transport = transport
         self.headers = library.Headers(headers)
 
     def build_request(
-        self, method: str, url: str, *, headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     ) -> httpx.Request:
         """The request as it will be sent: our headers, then ``headers`` over them."""
         merged = self.headers.copy()
@@ -208,7 +222,11 @@ class TransportClient:
 
     @asynccontextmanager
     async def stream(
-        self, method: str, url: str, *, headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     ) -> AsyncIterator[httpx.Response]:
         """Send a request and yield its response, whose body is closed on the way out."""
         request = self.build_request(method, url, headers=headers)

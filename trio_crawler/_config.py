@@ -34,6 +34,10 @@ disagree, so it cannot drift silently.
 from __future__ import annotations
 
 import re
+
+# Read at run time: typing.get_type_hints() evaluates the options' annotations (the command
+# line reads each option's type from them, and the tests compare them with CrawlKeywords').
+from collections.abc import Iterable, Mapping, Sequence  # noqa: TC003
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, cast
 
@@ -54,7 +58,6 @@ from ._options import (
 from ._urls import Scope, normalize_root
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from typing import Unpack
 
 # The chapter's defaults (crawl.py), except max_tasks, which the chapter's Crawler class also
@@ -164,6 +167,23 @@ class CrawlOptions:
         flags=("--sitemaps",),
         fixed=True,
     )
+    include: str | Iterable[str] | None = option(
+        None,
+        help="follow only URLs where re.search(REGEX, url) matches one of these (roots are "
+        "always fetched; default: every URL in scope)",
+        check=checks.regexes,
+        flags=("--include",),
+        metavar="REGEX",
+        repeated=True,
+        fixed=True,
+    )
+    no_parent: bool = option(
+        False,
+        help="follow only URLs at or below the directory of a root on its host, as wget's -np",
+        check=truth,
+        flags=("--no-parent",),
+        fixed=True,
+    )
     timeout: float = option(
         DEFAULT_TIMEOUT,
         help="limit for one whole request attempt, connect to last byte",
@@ -232,6 +252,17 @@ class CrawlOptions:
         flags=("--user-agent",),
         metavar="STRING",
         section=MANNERS,
+    )
+    headers: Mapping[str, str] | Iterable[tuple[str, str] | str] | None = option(
+        None,
+        help="send this header with every request, robots.txt and sitemaps included "
+        "('Name: value'; in Python, a mapping or (name, value) pairs; default: none)",
+        check=checks.headers,
+        flags=("--header",),
+        metavar="'NAME: VALUE'",
+        section=MANNERS,
+        repeated=True,
+        secret=True,
     )
     max_per_host: int | None = option(
         None,
@@ -333,6 +364,8 @@ class CrawlKeywords(TypedDict, total=False):
     max_tries: int
     max_tasks: int
     sitemaps: bool
+    include: str | Iterable[str] | None
+    no_parent: bool
     timeout: float
     max_time: float | None
     max_pages: int | None
@@ -341,6 +374,7 @@ class CrawlKeywords(TypedDict, total=False):
     max_url_length: int
     obey_robots: bool
     user_agent: str | None
+    headers: Mapping[str, str] | Iterable[tuple[str, str] | str] | None
     max_per_host: int | None
     delay: float
     max_retry_after: float
@@ -363,16 +397,25 @@ def normalize_roots(roots: Iterable[str]) -> tuple[str, ...]:
     if isinstance(roots, str):
         # A lone string would otherwise be crawled one character at a time.
         raise ConfigError("roots", f"must be a list of URLs, not the string {roots!r}")
-    normalized: list[str] = []
+    # Roots keep their order; repeats are dropped (a dict, so that hundreds of thousands
+    # of roots from -i cost no quadratic search).
+    normalized: dict[str, None] = {}
     for root in roots:
         url = normalize_root(root)
         if url is None:
             raise ConfigError("roots", f"has {root!r}, which is {_not_a_root(root)}")
-        if url not in normalized:  # Roots keep their order; repeats are dropped.
-            normalized.append(url)
+        normalized[url] = None
     if not normalized:
         raise ConfigError("roots", "must name at least one URL to crawl")
     return tuple(normalized)
+
+
+def roots_in_brief(roots: Sequence[str], *, shown: int = 3) -> str:
+    """The roots for a one-line message: the first ``shown`` of them, and how many more
+    (a crawl given hundreds of thousands with ``-i`` must not print them all)."""
+    more = len(roots) - shown
+    listed = " ".join(roots[:shown])
+    return f"{listed} (and {more} more)" if more > 0 else listed
 
 
 def _not_a_root(root: str) -> str:
@@ -389,8 +432,8 @@ class CrawlConfig(CrawlOptions):
     """The checked options of one crawl with its roots: what the core reads.
 
     Build it with :meth:`create`, which takes the roots as any iterable. ``scope``, which
-    answers "should this link be crawled?", is made from ``roots``, ``strict`` and
-    ``exclude``.
+    answers "should this link be crawled?", is made from ``roots``, ``strict``,
+    ``exclude``, ``include`` and ``no_parent``.
     """
 
     roots: tuple[str, ...]
@@ -401,7 +444,15 @@ class CrawlConfig(CrawlOptions):
         object.__setattr__(self, "roots", normalize_roots(self.roots))
         CrawlOptions.__post_init__(self)  # (zero-argument super() fails in slotted classes)
         pattern = None if self.exclude is None else re.compile(self.exclude)
-        object.__setattr__(self, "scope", Scope(self.roots, strict=self.strict, exclude=pattern))
+        scope = Scope(
+            self.roots,
+            strict=self.strict,
+            exclude=pattern,
+            include=[re.compile(pattern) for pattern in self.include or ()],
+            no_parent=self.no_parent,
+            normalized=True,
+        )
+        object.__setattr__(self, "scope", scope)
 
     @classmethod
     @takes_options(CrawlOptions)
@@ -412,4 +463,7 @@ class CrawlConfig(CrawlOptions):
             ConfigError: For the roots, or the first option whose value is unusable.
             TypeError: For a keyword that is not an option.
         """
-        return cls(roots=normalize_roots(roots), **options)
+        # Normalised and checked once, in __post_init__ (a root costs microseconds, and -i
+        # gives hundreds of thousands); a lone string goes there whole, to be refused.
+        given = roots if isinstance(roots, str) else tuple(roots)
+        return cls(roots=cast("tuple[str, ...]", given), **options)

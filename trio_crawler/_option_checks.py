@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ._options import ConfigError
@@ -25,8 +26,92 @@ def regex(name: str, value: object) -> str:
     try:
         re.compile(value)
     except re.error as exc:
-        raise ConfigError(name, f"is not a valid regular expression: {exc}") from None
+        raise ConfigError(
+            name, f"is not a valid regular expression: {exc} (in {value!r})"
+        ) from None
     return value
+
+
+def regexes(name: str, value: object) -> tuple[str, ...] | None:
+    """One regular expression, or any number of them, kept as a tuple (None for none)."""
+    if isinstance(value, str):
+        return (regex(name, value),)
+    if not isinstance(value, Iterable):
+        raise ConfigError(
+            name, f"must be a regular expression string or a list of them, not {value!r}"
+        )
+    return tuple(regex(name, pattern) for pattern in value) or None
+
+
+# The characters of a header name (RFC 9110 section 5.6.2, "tchar").
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Headers a user may not set, lower-cased, with the reason: they say how HTTP frames the
+# request (RFC 9110 section 7.6.1, RFC 9112 sections 6 and 9.6), which the crawler's client
+# does for each request and host, or the crawler sets them for a reason of its own (and
+# User-Agent has an option of its own).
+_FRAMING = "the crawler frames each request itself"
+_REFUSED_HEADERS = {
+    "host": _FRAMING,
+    "content-length": _FRAMING,
+    "transfer-encoding": _FRAMING,
+    "connection": _FRAMING,
+    "keep-alive": _FRAMING,
+    "proxy-connection": _FRAMING,
+    "te": _FRAMING,
+    "trailer": _FRAMING,
+    "upgrade": _FRAMING,
+    "accept-encoding": "the crawler asks only for the encodings it can undo",
+}
+
+
+def headers(name: str, value: object) -> tuple[tuple[str, str], ...] | None:
+    """Headers given as a mapping, as (name, value) pairs, or as ``Name: value`` lines (as
+    ``--header`` takes them; a lone string is one line), kept as pairs in the order given."""
+    if isinstance(value, str):
+        items: list[object] = [value]
+    elif isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, Iterable):
+        items = list(value)
+    else:
+        raise ConfigError(
+            name, f"must be a mapping or a list of (name, value) pairs, not {value!r}"
+        )
+    pairs = []
+    for item in items:
+        if isinstance(item, str):
+            header, colon, text = item.partition(":")
+            if not colon:
+                raise ConfigError(name, f"must be 'Name: value', not {item!r}")
+        elif (
+            isinstance(item, tuple | list)
+            and len(item) == 2
+            and all(isinstance(part, str) for part in item)
+        ):
+            header, text = item
+        else:
+            raise ConfigError(name, f"must be a (name, value) pair or 'Name: value', not {item!r}")
+        text = text.strip(" \t")
+        if not _TOKEN.fullmatch(header):
+            raise ConfigError(
+                name, f"has a name that is no HTTP field name: {header!r} in {item!r}"
+            )
+        if not (text.isascii() and text.isprintable()):
+            raise ConfigError(
+                name, f"has a value that is not one line of printable ASCII: {item!r}"
+            )
+        if header.lower() == "user-agent":
+            raise ConfigError(
+                name,
+                "may not set User-Agent: give it with {user_agent}, which robots.txt rules "
+                "are matched on too",
+                mentions=("user_agent",),
+            )
+        reason = _REFUSED_HEADERS.get(header.lower())
+        if reason is not None:
+            raise ConfigError(name, f"may not set {header} ({item!r}): {reason}")
+        pairs.append((header, text))
+    return tuple(pairs) or None
 
 
 def longest_wait(name: str, value: object) -> float:

@@ -52,6 +52,7 @@ URL that is not in flight) is a bug, and raises.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import random
 from collections import Counter
@@ -168,12 +169,15 @@ class CrawlState:
             self.limit_counts.update(resumed.limit_counts)
             self._started = self._recorded = self._recorded_before = resumed.records
             self._kinds.update(resumed.kinds)
-        # A batch each, so that roots go out in the order given. A durable store that
-        # resumes a crawl already has them, and says none is new.
-        roots = tuple(
-            Offer((root,), depth=0, redirects_left=config.max_redirect) for root in config.roots
+        # A batch for each run of roots on one origin, so that roots go out in the order
+        # given (and hundreds of thousands of them on a few hosts are a few batches). A
+        # durable store that resumes a crawl already has them, and says none is new.
+        self._offer(
+            tuple(
+                Offer(tuple(run), depth=0, redirects_left=config.max_redirect)
+                for _, run in itertools.groupby(config.roots, key=origin_of)
+            )
         )
-        self._offer(roots)
         if config.sitemaps and not config.obey_robots:
             for origin in dict.fromkeys(origin_of(root) for root in config.roots):
                 self._add_sitemaps(origin, (), None)
@@ -396,7 +400,7 @@ class CrawlState:
             return self._page(request, dataclasses.replace(response, location=None), stamp)
         record = FetchStatistic(url=request.url, next_url=target, status=response.status)
         offers: tuple[Offer, ...] = ()
-        if not self.config.scope.allows(target):
+        if not self.config.scope.allows(target, as_page=not request.sitemap):
             LOGGER.info("redirect to %s from %s is out of scope", target, request.url)
         elif len(target) > self.config.max_url_length:
             self.limit_counts[LINKS_TOO_LONG] += 1

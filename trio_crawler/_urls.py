@@ -316,6 +316,8 @@ class Scope:
         self.exclude = exclude
         self.include = tuple(include)
         self.no_parent = no_parent
+        # Whether either rule narrows the pages: asked of every link, so asked once here.
+        self._narrows = bool(self.include) or no_parent
         # Roots are normalised here, unless the caller says they are (a CrawlConfig's, each
         # of which would cost another 3 us), so that a root given as "xkcd.com" or
         # "http://München.de/" yields the host that links will carry.
@@ -380,8 +382,12 @@ class Scope:
             scheme_end = url.find("://")
             answer = url[:scheme_end] in _SCHEMES and self.host_okay(url_host(url))
             self._origin_answers[origin] = answer
-        if not (answer and as_page):
-            return answer
+        if answer and self._narrows and as_page:
+            return self._narrowed_to(url)
+        return answer
+
+    def _narrowed_to(self, url: str) -> bool:
+        """Whether a URL in scope is a page ``include`` and ``no_parent`` let through."""
         if self.include and not any(pattern.search(url) for pattern in self.include):
             return False
         return not self.no_parent or self._below_a_root(url)

@@ -14,9 +14,12 @@ group.
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import sqlite3
 import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +29,7 @@ from sites import Site
 from trio_crawler import Crawler
 from trio_crawler._between_runs import OptionChanged
 
-from httpserver import Reply, open_test_server
+from httpserver import Reply, Request, open_test_server
 from support import HANG_LIMIT, page, read_records, run_cli
 
 SEED = 20261125
@@ -53,6 +56,11 @@ CHANGED = [
         ["--sitemaps"], ["--sitemaps", "--ignore-robots"], "--ignore-robots:",
         "made with no --ignore-robots", id="ignore-robots",
     ),
+    pytest.param(
+        ["--include", "/a", "--include", "/b"], ["--include", "/a"], "--include '/a':",
+        "made with --include '/a' --include '/b'", id="include",
+    ),
+    pytest.param([], ["--no-parent"], "--no-parent:", "made with no --no-parent", id="no-parent"),
 ]  # fmt: skip
 
 
@@ -109,6 +117,53 @@ async def test_options_that_say_what_to_crawl_are_the_crawls_when_left_out(
             again = await run_cli(*crawl_args(state, "--recrawl"))
     assert again.returncode == 0, again.stderr
     assert sorted(server.requests) == ["/", "/a"], again.stdout.decode()
+
+
+@pytest.mark.trio
+async def test_include_and_no_parent_are_the_crawls_headers_each_runs_own(
+    tmp_path: Path,
+) -> None:
+    """A recrawl given no scope options keeps --include and --no-parent; the headers are
+    each run's own, sent only by the run given them, and never kept in the file (they may
+    hold credentials)."""
+    state = tmp_path / "crawl.db"
+    seen: dict[str, list[str | None]] = {}
+
+    def answer(target: str, reply: Reply) -> Callable[[Request], Awaitable[Reply]]:
+        async def handler(request: Request) -> Reply:
+            seen.setdefault(target, []).append(request.headers.get("x-token"))
+            return reply
+
+        return handler
+
+    # /docs/b is left out by --include, /blog/a by --no-parent, /blog/c by both.
+    routes = {
+        "/docs/": page("/docs/a", "/docs/b", "/blog/a", "/blog/c", "/"),
+        "/docs/a": page(),
+        "/docs/b": page(),
+        "/blog/a": page(),
+        "/blog/c": page(),
+        "/": page(),
+    }
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server() as server:
+            for target, reply in routes.items():
+                server.route(target, answer(target, reply))
+            made = ["--ignore-robots", "--no-parent", "--include", "/a$", "--include", "/docs/$"]
+            first = await run_cli(
+                *crawl_args(state, *made, "--header", "X-Token: secret-1"), server.url("/docs/")
+            )
+            assert first.returncode == 0, first.stderr
+            assert sorted(seen) == ["/docs/", "/docs/a"]
+            again = await run_cli(*crawl_args(state, "--recrawl", "--header", "X-Token: two"))
+    assert again.returncode == 0, again.stderr
+    assert seen == {"/docs/": ["secret-1", "two"], "/docs/a": ["secret-1", "two"]}
+    assert b"secret-1" not in state.read_bytes()
+    with sqlite3.connect(state) as db:
+        (options,) = db.execute("SELECT value FROM crawl WHERE key = 'options'").fetchone()
+    kept = json.loads(options)
+    assert (kept["include"], kept["no_parent"]) == (["/a$", "/docs/$"], True)
+    assert "headers" not in kept
 
 
 def test_the_api_keeps_the_crawls_options_too(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ line on stderr with exit status 2 and no request made; ``--help``; ``--version``
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -49,6 +50,9 @@ def test_command_line_defaults_are_the_apis_but_max_tasks() -> None:
         (["--user-agent", "bot/1"], "user_agent", "bot/1"),
         (["--max-per-host", "2"], "max_per_host", 2),
         (["--delay", "0.5"], "delay", 0.5),
+        (["--include", "/a", "--include", "/b"], "include", ("/a", "/b")),
+        (["--no-parent"], "no_parent", True),
+        (["--header", "X-A: 1", "--header", "X-B:2"], "headers", (("X-A", "1"), ("X-B", "2"))),
     ],
 )
 def test_each_crawl_flag_sets_its_option(argv: list[str], name: str, value: object) -> None:
@@ -161,6 +165,78 @@ async def test_usage_error_is_one_line_and_makes_no_request(args: list[str], mes
     assert lines[0].startswith("trio-crawler: error: ")
     assert message in lines[0]
     assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--header", "X-Token"],
+        ["--header", "X-Token: a\u00e9"],
+        ["--header", "Host: elsewhere"],
+        ["--header", "X-A: 1", "--header", ": no name"],
+        ["--include", "/ok", "--include", "[unclosed"],
+    ],
+    ids=["no-colon", "not-ascii", "framing", "no-name", "bad-regex"],
+)
+@pytest.mark.trio
+async def test_a_malformed_header_or_include_touches_no_file(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """Exit 2, one line naming the flag and the value, no request, and no file made:
+    neither the output nor the state file nor the archive."""
+    files = {name: tmp_path / name for name in ("out.jsonl", "crawl.db", "a.warc")}
+    outputs = ["-o", str(files["out.jsonl"]), "--warc", str(files["a.warc"])]
+    with trio.fail_after(HANG_LIMIT):
+        async with open_test_server({"/": Reply.html("hi")}) as server:
+            result = await run_cli(*args, *outputs, "--state", str(files["crawl.db"]), server.url())
+    assert result.returncode == 2
+    [line] = result.stderr.decode().splitlines()
+    assert line.startswith(f"trio-crawler: error: {args[-2]} "), line
+    assert repr(args[-1]) in line, line
+    assert server.requests == []
+    assert not any(path.exists() for path in files.values())
+
+
+def test_input_file_roots_come_after_the_command_lines(tmp_path: Path) -> None:
+    listed = tmp_path / "roots.txt"
+    listed.write_text(
+        "\ufeff# a comment\n\nhttp://b.example/\n   c.example/x  \n# http://no/\nA.EXAMPLE\n",
+        encoding="utf-8",
+    )
+    options = parse_args(["a.example", "-i", str(listed)])
+    assert options.roots == ("a.example", "http://b.example/", "http://c.example/x",
+                             "http://a.example/")  # fmt: skip
+    assert options.input_file == str(listed)
+
+
+def test_input_file_dash_reads_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stdin:
+        buffer = io.BytesIO(b"x.example\ny.example\n")
+
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    assert parse_args(["-i", "-"]).roots == ("http://x.example/", "http://y.example/")
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "message"),
+    [
+        (b"http://ok/\nftp://no/\n", [], "-i {}: line 2 is no http(s) URL: 'ftp://no/'"),
+        (b"\xff\xfe junk", [], "-i {}: not UTF-8 text (byte 0)"),
+        (b"# nothing\n\n", [], "no ROOT given: -i {} lists none"),
+        (b"http://ok/\n", ["--demo"], "-i {} lists ROOTs, and --demo takes none"),
+        (None, [], "-i {}: cannot read it: No such file or directory"),
+    ],
+    ids=["not-a-url", "not-utf-8", "empty", "with-demo", "missing"],
+)
+def test_input_file_errors_name_the_file(
+    tmp_path: Path, content: bytes | None, extra: list[str], message: str
+) -> None:
+    listed = tmp_path / "roots.txt"
+    if content is not None:
+        listed.write_bytes(content)
+    with pytest.raises(UsageError) as raised:
+        parse_args([*extra, "-i", str(listed)])
+    assert str(raised.value) == message.format(listed)
 
 
 @pytest.mark.trio

@@ -30,8 +30,9 @@ USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
 # The chapter's signature first (client where its loop was), then this port's additions.
 SIGNATURE = (
     "(roots, *, exclude=None, strict=True, max_redirect=10, max_tries=4, max_tasks=10, "
-    "client=None, sitemaps=False, timeout=10.0, max_time=None, max_pages=None, max_depth=None, "
-    "max_size=10485760, max_url_length=2083, obey_robots=True, user_agent=None, "
+    "client=None, sitemaps=False, include=None, no_parent=False, timeout=10.0, max_time=None, "
+    "max_pages=None, max_depth=None, max_size=10485760, max_url_length=2083, "
+    "obey_robots=True, user_agent=None, headers=None, "
     "max_per_host=None, delay=0.0, max_retry_after=600.0, adapt=True, state=None, recrawl=False, "
     "frontier=None, "
     "crawl_id='crawl', lease=60.0, handler=None, items=None, on_record=None, "
@@ -84,6 +85,19 @@ def all_declarations() -> list[tuple[str, Field[typing.Any], Option, type]]:
         ({"max_retry_after": -1}, "max_retry_after must be a finite number of seconds, 0 or"),
         ({"max_retry_after": float("inf")}, "max_retry_after must be a finite number of"),
         ({"max_retry_after": None}, "max_retry_after must be a number of seconds, not None"),
+        ({"include": ["/a", "("]}, "include is not a valid regular expression: missing )"),
+        ({"include": 3}, "include must be a regular expression string or a list of them, not 3"),
+        ({"headers": "X-Token"}, "headers must be 'Name: value', not 'X-Token'"),
+        ({"headers": [("X-A", 1)]}, "headers must be a (name, value) pair or 'Name: value'"),
+        ({"headers": 3}, "headers must be a mapping or a list of (name, value) pairs, not 3"),
+        ({"headers": {"X A": "1"}}, "headers has a name that is no HTTP field name: 'X A'"),
+        ({"headers": {"": "1"}}, "headers has a name that is no HTTP field name: ''"),
+        ({"headers": ["X-A: 1\r\nX-B: 2"]}, "headers has a value that is not one line of"),
+        ({"headers": {"X-A": "caf\u00e9"}}, "headers has a value that is not one line of"),
+        ({"headers": ["Host: a"]}, "headers may not set Host ('Host: a'): the crawler frames"),
+        ({"headers": {"content-length": "0"}}, "headers may not set content-length"),
+        ({"headers": ["Accept-Encoding: br"]}, "headers may not set Accept-Encoding"),
+        ({"headers": ["user-agent: x"]}, "headers may not set User-Agent: give it with user_agent"),
     ],
 )
 def test_an_unusable_option_is_a_config_error_naming_it(
@@ -111,6 +125,22 @@ def test_values_are_kept_as_the_crawl_reads_them() -> None:
     assert (options.timeout, options.max_time, options.delay) == (5.0, 2.0, 1.0)
     assert all(type(value) is float for value in (options.timeout, options.max_time))
     assert (options.strict, options.obey_robots) == (False, False)
+
+
+def test_include_and_headers_are_kept_as_tuples_in_the_order_given() -> None:
+    """A pattern or many, a header as a mapping, as pairs or as ``--header`` lines: the
+    crawl keeps tuples, so that they compare between runs and cannot change under it."""
+    assert CrawlOptions(include="/a").include == ("/a",)
+    assert CrawlOptions(include=["/a", "/b"]).include == ("/a", "/b")
+    assert CrawlOptions(include=[]).include is None  # no pattern: no narrowing
+    lines = ["Cookie: a=1", "X-Token:  t  ", "Cookie: b=2", "Accept: text/html"]
+    expected = (("Cookie", "a=1"), ("X-Token", "t"), ("Cookie", "b=2"), ("Accept", "text/html"))
+    assert CrawlOptions(headers=lines).headers == expected
+    assert CrawlOptions(headers=list(expected)).headers == expected
+    assert CrawlOptions(headers={"X-Token": "t"}).headers == (("X-Token", "t"),)
+    assert CrawlOptions(headers="X-Token: t").headers == (("X-Token", "t"),)
+    # Headers may hold credentials: not shown in a repr, which may end up in a log.
+    assert "secret" not in repr(CrawlOptions(headers={"Authorization": "Bearer secret"}))
 
 
 def test_options_are_frozen() -> None:
@@ -224,6 +254,8 @@ def test_crawler_passes_every_option_to_its_config(tmp_path: Path) -> None:
         "max_tries": 2,
         "max_tasks": 3,
         "sitemaps": True,
+        "include": ("/a", "/b"),
+        "no_parent": True,
         "timeout": 4.0,
         "max_time": 5.0,
         "max_pages": 6,
@@ -232,6 +264,7 @@ def test_crawler_passes_every_option_to_its_config(tmp_path: Path) -> None:
         "max_url_length": 9,
         "obey_robots": False,
         "user_agent": "ua",
+        "headers": (("X-A", "1"), ("X-B", "2")),
         "max_per_host": 10,
         "delay": 11.0,
         "max_retry_after": 12.0,

@@ -274,6 +274,77 @@ def test_scope_exclude_only_narrows() -> None:
 
 
 @pytest.mark.parametrize(
+    ("patterns", "url", "allowed"),
+    [
+        pytest.param([r"/blog/"], "http://example.com/blog/1", True, id="one-matches"),
+        pytest.param([r"/blog/"], "http://example.com/shop/1", False, id="none-matches"),
+        pytest.param([r"/blog/", r"\.pdf$"], "http://example.com/a.pdf", True, id="either"),
+        pytest.param([r"^http://example"], "http://example.com/x", True, id="whole-url"),
+        # Only narrows: a URL out of scope by host stays out, whatever matches it.
+        pytest.param([r"other"], "http://other.org/", False, id="host-first"),
+    ],
+)
+def test_scope_include_needs_one_pattern_to_match(
+    patterns: list[str], url: str, allowed: bool
+) -> None:
+    scope = Scope(["http://example.com/"], include=[re.compile(p) for p in patterns])
+    assert scope.allows(url) is allowed
+
+
+@pytest.mark.parametrize(
+    ("roots", "url", "allowed"),
+    [
+        # As wget -np: the root's directory and below, on its host.
+        pytest.param(["http://h/a/b.html"], "http://h/a/c.html", True, id="sibling"),
+        pytest.param(["http://h/a/b.html"], "http://h/a/x/y", True, id="below"),
+        pytest.param(["http://h/a/b.html"], "http://h/a/", True, id="the-directory"),
+        pytest.param(["http://h/a/b.html"], "http://h/a", False, id="no-slash-is-a-file"),
+        pytest.param(["http://h/a/b.html"], "http://h/c", False, id="elsewhere"),
+        pytest.param(["http://h/a/b.html"], "http://h/ab/", False, id="prefix-not-directory"),
+        pytest.param(["http://h/a/b.html"], "http://h/", False, id="parent"),
+        pytest.param(["http://h/a/"], "http://h/c?next=/a/", False, id="slash-in-query"),
+        pytest.param(["http://h/a/"], "https://h:8443/a/x", True, id="scheme-port-aside"),
+        # A root without a trailing slash names a file at the top: the whole host.
+        pytest.param(["http://h/a"], "http://h/c/d", True, id="file-at-top"),
+        # On that root's host: another root host is held to its own roots' directories.
+        pytest.param(["http://h/a/", "http://g/b/"], "http://g/a/x", False, id="other-host"),
+        pytest.param(["http://h/a/", "http://h/b/c"], "http://h/b/x", True, id="second-root"),
+        pytest.param(
+            ["http://example.com/a/"], "http://www.example.com/a/x", False, id="www-is-another"
+        ),
+    ],
+)
+def test_scope_no_parent_is_wgets(roots: list[str], url: str, allowed: bool) -> None:
+    assert Scope(roots, strict=False, no_parent=True).allows(url) is allowed
+    assert Scope(roots, strict=False).allows(url), "in scope without --no-parent"
+
+
+def test_sitemaps_are_not_narrowed_by_include_or_no_parent() -> None:
+    """/sitemap.xml is rarely under a root's directory or like the pages wanted: a
+    sitemap is held to the host rule and --exclude only, its pages to everything."""
+    scope = Scope(
+        ["http://h/docs/"],
+        exclude=re.compile("private"),
+        include=[re.compile("/docs/")],
+        no_parent=True,
+    )
+    assert scope.allows("http://h/sitemap.xml", as_page=False)
+    assert not scope.allows("http://h/sitemap.xml")
+    assert not scope.allows("http://h/private.xml", as_page=False)
+    assert not scope.allows("http://other/sitemap.xml", as_page=False)
+
+
+def test_scope_of_normalized_roots_takes_them_as_they_are() -> None:
+    """A CrawlConfig's roots are normalised already: not again (3 us each, and -i gives
+    hundreds of thousands)."""
+    roots = [f"http://h{n % 7}.example/d{n % 3}/p{n}" for n in range(1000)]
+    scope = Scope(roots, normalized=True, no_parent=True)
+    assert scope.root_hosts == {f"h{n}.example" for n in range(7)}
+    assert scope.allows("http://h3.example/d2/new")
+    assert not scope.allows("http://h3.example/elsewhere")
+
+
+@pytest.mark.parametrize(
     ("roots", "hosts"),
     [
         pytest.param(["http://a/a#frag", "http://b:81/"], {"a", "b"}, id="fragment-and-port"),

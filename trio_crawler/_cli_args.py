@@ -8,7 +8,8 @@ default in its help) and :func:`parse_args` makes the typed result, checked by t
 the ``Crawler`` uses and re-spelt for the command line: ``--max-tasks must be >= 1, not 0``.
 
 A usage error is one line (see :class:`UsageError`), found before anything is opened,
-served or requested. Running what was read is ``_cli.py``'s job.
+served or requested. Reading is all this module does: argv, and the file of roots ``-i``
+names (or stdin), which is read, never written. Running what was read is ``_cli.py``'s job.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import logging
 import math
 import platform
+import sys
 import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
@@ -41,6 +43,7 @@ from ._options import (
     option,
     whole_number,
 )
+from ._urls import normalize_root
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -112,7 +115,9 @@ class CommandLine:
     options where the ``crawl`` field stands, each in its section.
     """
 
-    roots: tuple[str, ...] = ()  # as given; the Crawler normalises them
+    # As given, then those -i lists (normalised as they were checked); the Crawler
+    # normalises them all.
+    roots: tuple[str, ...] = ()
     # The crawl's options given on the command line, by name: a run of a crawl kept in a
     # state file takes the ones that say what to crawl from the file when left out.
     given: frozenset[str] = frozenset()
@@ -121,6 +126,13 @@ class CommandLine:
     )
     serve_demo: bool = option(
         False, help="only serve the demo site until Ctrl-C", flags=("--serve-demo",)
+    )
+    input_file: str | None = option(
+        None,
+        help="more ROOTs, one a line, after those given (blank lines and lines starting "
+        "with # are skipped; - reads stdin)",
+        flags=("-i", "--input-file"),
+        metavar="FILE",
     )
     port: int | None = option(
         None,
@@ -321,6 +333,15 @@ def _add_flags(
             )
     elif spec.counted:
         group.add_argument(*spec.flags, dest=name, action="count", default=None, help=spec.help)
+    elif spec.repeated:
+        group.add_argument(
+            *spec.flags,
+            dest=name,
+            action="append",
+            metavar=spec.metavar,
+            default=None,
+            help=f"{spec.help} (repeatable)",
+        )
     elif spec.flags:
         shown = spec.help if default is None else f"{spec.help} (default {_shown(default)})"
         group.add_argument(*spec.flags, dest=name, metavar=spec.metavar, default=None, help=shown)
@@ -334,12 +355,21 @@ def parse_args(argv: Sequence[str] | None) -> CommandLine:
     """
     namespace = build_parser().parse_args(argv)
     roots = tuple(namespace.roots)
-    _check_what_to_crawl(namespace, roots)
+    listed: tuple[str, ...] = ()
+    if namespace.input_file is not None:
+        if namespace.serve_demo or namespace.demo or namespace.status:
+            chosen = "--serve-demo" if namespace.serve_demo else "--demo"
+            chosen = "--status" if namespace.status else chosen
+            raise UsageError(f"-i {namespace.input_file} lists ROOTs, and {chosen} takes none")
+        listed = read_roots(namespace.input_file)
+    _check_what_to_crawl(namespace, roots + listed)
     try:
         if roots:
             # Checked apart from the options: the demo's root is known only once its
-            # server is listening, after the options must be checked.
+            # server is listening, after the options must be checked. (Those of -i were
+            # checked as they were read.)
             normalize_roots(roots)
+        roots += listed
         crawl = CrawlOptions(**_given(CrawlOptions, namespace))
         given = frozenset(
             f.name
@@ -353,6 +383,39 @@ def parse_args(argv: Sequence[str] | None) -> CommandLine:
     except ConfigError as exc:
         raise UsageError(for_the_command_line(exc)) from None
     return command_line
+
+
+def read_roots(path: str) -> tuple[str, ...]:
+    """The roots listed in the file ``path`` (``-`` for stdin), one a line, normalised:
+    blank lines and lines starting with ``#`` are skipped. One pass over the file, each
+    root normalised once, so that hundreds of thousands cost seconds, not minutes.
+
+    Raises:
+        UsageError: The file cannot be read, is not UTF-8 text, or has a line that is no
+            root (the message names the line).
+    """
+    shown = "stdin" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as file:
+                data = file.read()
+        text = data.decode("utf-8-sig")  # a byte-order mark, as Windows editors write one
+    except OSError as exc:
+        raise UsageError(f"-i {shown}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"-i {shown}: not UTF-8 text (byte {exc.start})") from None
+    roots = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        root = normalize_root(line)
+        if root is None:
+            raise UsageError(f"-i {shown}: line {number} is no http(s) URL: {line[:200]!r}")
+        roots.append(root)
+    return tuple(roots)
 
 
 def _check_what_to_crawl(namespace: argparse.Namespace, roots: tuple[str, ...]) -> None:
@@ -372,6 +435,8 @@ def _check_what_to_crawl(namespace: argparse.Namespace, roots: tuple[str, ...]) 
         if roots or namespace.demo:
             raise UsageError("--status only reads the shared crawl's counts; it takes no ROOT")
     elif not namespace.demo and not roots and not namespace.state and not namespace.frontier:
+        if namespace.input_file is not None:
+            raise UsageError(f"no ROOT given: -i {namespace.input_file} lists none")
         raise UsageError("no ROOT given: name a URL to crawl (or use --demo)")
     elif namespace.demo and namespace.frontier:
         raise UsageError("--demo crawls a site served by this process; it cannot be shared")
@@ -454,4 +519,6 @@ def _as_flags(spec: Option, value: object) -> str:
     flag = (spec.flags or spec.off_flags)[0]
     if value is None:
         return f"no {flag}"
+    if spec.repeated and isinstance(value, tuple | list):
+        return " ".join(f"{flag} {each!r}" for each in value)
     return f"{flag} {value!r}" if isinstance(value, str) else f"{flag} {value}"

@@ -40,7 +40,7 @@ from ._transport import choose_transport, lean_transport_class
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Mapping, Sequence
     from types import ModuleType
 
     from ._connections import CrawlConnections
@@ -109,6 +109,7 @@ def open_client(
     proxy_from_environment: bool = True,
     transport: str | None = None,
     connections: CrawlConnections | None = None,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> Client:
     """Make a client of ``library`` (see :func:`choose_http_library`) set up for crawling.
 
@@ -135,14 +136,23 @@ def open_client(
     pool keeps ``max_keepalive_connections`` idle (``max_connections`` here, which is 1 for
     a worker's client, so a crawl holds at most ``--max-tasks`` connections) and httpcore
     looks each connection's host up again; see :mod:`trio_crawler._connections`.
+
+    ``headers`` (the crawl's ``--header`` values) go with every request the client sends, in
+    the order given, after its own (User-Agent, Accept, Accept-Encoding), replacing one of
+    those that they name.
     """
     trust_env = proxy_from_environment or ssl_context is None
     chosen = transport if transport is not None else choose_transport()
-    headers = {"user-agent": user_agent, "accept": "*/*", "accept-encoding": ACCEPT_ENCODING}
+    own = {"user-agent": user_agent, "accept": "*/*", "accept-encoding": ACCEPT_ENCODING}
+    replaced = {name.lower() for name, _ in headers}
+    all_headers = [
+        *((name, value) for name, value in own.items() if name not in replaced),
+        *headers,
+    ]
     if chosen == "lean" and not (trust_env and environment_names_a_proxy()):
         context = ssl_context if ssl_context is not None else default_ssl_context()
         return TransportClient(
-            library, lean_transport_class(library)(context, connections), headers
+            library, lean_transport_class(library)(context, connections), all_headers
         )
     client: httpx.AsyncClient = library.AsyncClient(
         trust_env=trust_env,
@@ -151,7 +161,7 @@ def open_client(
         limits=library.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
-        headers=headers,
+        headers=all_headers,
         # The crawler's clients keep no cookies, on either transport: see TransportClient.
         cookies=_NO_COOKIES,
         verify=ssl_context if ssl_context is not None else True,
@@ -198,14 +208,18 @@ class TransportClient:
         self,
         library: ModuleType,
         transport: httpx.AsyncBaseTransport,
-        headers: Mapping[str, str],
+        headers: Mapping[str, str] | Sequence[tuple[str, str]],
     ) -> None:
         self._library = library
         self._transport = transport
         self.headers = library.Headers(headers)
 
     def build_request(
-        self, method: str, url: str, *, headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     ) -> httpx.Request:
         """The request as it will be sent: our headers, then ``headers`` over them."""
         merged = self.headers.copy()
@@ -220,7 +234,11 @@ class TransportClient:
 
     @asynccontextmanager
     async def stream(
-        self, method: str, url: str, *, headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     ) -> AsyncIterator[httpx.Response]:
         """Send a request and yield its response, whose body is closed on the way out."""
         request = self.build_request(method, url, headers=headers)

@@ -28,8 +28,8 @@ import anyio
 
 from ._between_runs import keep_what_to_crawl
 from ._cluster_scripts import DETAILS, STATUS
-from ._config import redacted
 from ._events import FetchRequest
+from ._option_checks import redacted
 from ._options import ConfigError
 from ._robots import origin_of
 

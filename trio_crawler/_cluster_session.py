@@ -53,8 +53,9 @@ from ._cluster import (
     where_of,
 )
 from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
-from ._config import redacted
+from ._config import roots_in_brief
 from ._frontier import FrontierLost
+from ._option_checks import redacted
 from ._robots import origin_of
 
 if TYPE_CHECKING:
@@ -66,9 +67,10 @@ if TYPE_CHECKING:
 
 LOGGER = logging.getLogger("trio_crawler")
 
-# The options a process does not send to the server: where the crawl is, and the
-# durable stores' own (none of them says what to crawl).
-_NOT_STORED = ("frontier", "crawl_id", "lease", "state", "recrawl")
+# The options a process does not send to the server: where the crawl is, the durable
+# stores' own (none of them says what to crawl), and the headers, which say how to crawl
+# and may hold credentials that other processes' operators should not read.
+_NOT_STORED = ("frontier", "crawl_id", "lease", "state", "recrawl", "headers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +336,12 @@ class ClusterSession:
             raise ClusterError(f"{self.where} answered nonsense to joining the crawl")
         outcome, stored, counts, stored_options = answer
         if outcome == "mismatch":
+            try:
+                listed = roots_in_brief(json.loads(stored))
+            except (TypeError, ValueError):
+                listed = str(stored)[:300]
             raise ClusterError(
-                f"crawl {self.crawl_id!r} on {self.where} has other roots: {stored}; "
+                f"crawl {self.crawl_id!r} on {self.where} has other roots: {listed}; "
                 "give the same ROOTs, none, or another --crawl-id"
             )
         if outcome == "foreign":

@@ -6,7 +6,9 @@ an option's declaration holds, and how checks, signatures and flags are made fro
 of them). Everything else is derived from those fields, so adding an option is one
 declaration here (plus its test and its row in docs/usage.md):
 
-* validation: :class:`CrawlOptions` checks each value when it is made and raises
+* validation: :class:`CrawlOptions` checks each value when it is made (the generic checks
+  are :mod:`~trio_crawler._options`', those that know one option
+  :mod:`~trio_crawler._option_checks`') and raises
   :class:`~trio_crawler._options.ConfigError` naming the option by its Python name;
   :class:`CrawlConfig` is the options plus the roots they apply to, and is what the core
   reads;
@@ -31,13 +33,15 @@ disagree, so it cannot drift silently.
 
 from __future__ import annotations
 
-import math
-import os
 import re
+
+# Read at run time: typing.get_type_hints() evaluates the options' annotations (the command
+# line reads each option's type from them, and the tests compare them with CrawlKeywords').
+from collections.abc import Iterable, Mapping, Sequence  # noqa: TC003
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, cast
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from . import _option_checks as checks
 from ._options import (
     DURABLE,
     LIMITS,
@@ -54,7 +58,6 @@ from ._options import (
 from ._urls import Scope, normalize_root
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from typing import Unpack
 
 # The chapter's defaults (crawl.py), except max_tasks, which the chapter's Crawler class also
@@ -84,18 +87,8 @@ MAX_HOST_DELAY = 60.0
 DEFAULT_MAX_RETRY_AFTER = 600.0
 
 
-# The crawl's own checks: those that know what one option means. Each message reads after
-# the option's name, as the generic checks' do (see _options).
-
-
-def _regex(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(name, f"must be a regular expression string, not {value!r}")
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ConfigError(name, f"is not a valid regular expression: {exc}") from None
-    return value
+# The crawl's own checks that know what one option means are _option_checks'; this
+# one goes with MAX_HOST_DELAY.
 
 
 def _host_delay(name: str, value: object) -> float:
@@ -104,116 +97,6 @@ def _host_delay(name: str, value: object) -> float:
     if not (0 <= value <= MAX_HOST_DELAY):
         raise ConfigError(name, f"must be from 0 to {MAX_HOST_DELAY:g} seconds, not {value!r}")
     return float(value)
-
-
-def _longest_wait(name: str, value: object) -> float:
-    # 0 is a usable limit: never wait for a Retry-After beyond "now".
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(name, f"must be a number of seconds, not {value!r}")
-    if not (0 <= value < math.inf):  # NaN fails both comparisons
-        raise ConfigError(name, f"must be a finite number of seconds, 0 or more, not {value!r}")
-    return float(value)
-
-
-def _user_agent(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(name, f"must be a non-empty string, not {value!r}")
-    if not value.isprintable() or not value.isascii():
-        # A header value with a newline would smuggle headers; httpx refuses non-ASCII.
-        raise ConfigError(name, f"must be printable ASCII (one header line), not {value!r}")
-    return value
-
-
-def _state_path(name: str, value: object) -> str:
-    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
-        raise ConfigError(name, f"must be a file path, not {value!r}")
-    return str(os.fspath(value))
-
-
-def redacted(url: str) -> str:
-    """``url`` without its password: what logs, errors and reports may show."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-    except ValueError:
-        return "<unreadable URL>"
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
-def _frontier_url(name: str, value: object) -> str:
-    """A ``redis://`` or ``rediss://`` URL; an error never repeats its password."""
-    if not isinstance(value, str):
-        raise ConfigError(name, f"must be a redis:// URL, not {type(value).__name__}")
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises for a port that is no number
-    except ValueError:
-        raise ConfigError(name, f"is not a URL: {redacted(value)!r}") from None
-    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-        raise ConfigError(
-            name, f"must be redis://HOST[:PORT][/DB] or rediss://..., not {redacted(value)!r}"
-        )
-    _check_frontier_query(name, parts.scheme, parse_qsl(parts.query, keep_blank_values=True), value)
-    database = parts.path.removeprefix("/")
-    # The client reads any path it cannot make a number of as database 0, and a negative
-    # one fails deep in the first connection: both are caught here. Redis counts its
-    # databases in a C int; whether the server has the one named is asked when connecting.
-    if database and not (database.isascii() and database.isdigit() and int(database) < 2**31):
-        raise ConfigError(
-            name,
-            "must name its database by number (redis://HOST[:PORT][/DB], DB from 0), "
-            f"not {redacted(value)!r}",
-        )
-    return value
-
-
-# What the query of a rediss:// URL may set: the client's TLS options, each with the values
-# it reads (coredis: pool/_base.py, _parse_url). Any other key, or any query on redis://,
-# would be ignored or misread (the client takes ?db= over the path, ?timeout= as its own).
-TLS_QUERY_OPTIONS: dict[str, tuple[str, ...] | None] = {
-    "ssl_ca_certs": None,  # a file path
-    "ssl_certfile": None,
-    "ssl_keyfile": None,
-    "ssl_cert_reqs": ("none", "optional", "required"),
-    "ssl_check_hostname": ("true", "false", "yes", "no", "1", "0", "t", "f", "y", "n"),
-}
-
-
-def _check_frontier_query(name: str, scheme: str, query: list[tuple[str, str]], value: str) -> None:
-    """A redis:// URL has no query; a rediss:// one sets only :data:`TLS_QUERY_OPTIONS`."""
-    if not query:
-        return
-    shown = redacted(value)
-    if scheme == "redis":
-        raise ConfigError(
-            name,
-            f"takes no query in a redis:// URL (TLS options go with rediss://), not {shown!r}",
-        )
-    for key, given in query:
-        if key not in TLS_QUERY_OPTIONS:
-            raise ConfigError(
-                name,
-                f"may set only {', '.join(TLS_QUERY_OPTIONS)} in its query, "
-                f"not {key!r} (in {shown!r})",
-            )
-        allowed = TLS_QUERY_OPTIONS[key]
-        if allowed is not None and given.lower() not in allowed:
-            raise ConfigError(
-                name, f"{key} must be one of {', '.join(allowed)}, not {given!r} (in {shown!r})"
-            )
-        if allowed is None and not given:
-            raise ConfigError(name, f"{key} must be a file path, not empty (in {shown!r})")
-
-
-_CRAWL_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
-
-
-def _crawl_id(name: str, value: object) -> str:
-    if not (isinstance(value, str) and _CRAWL_ID.fullmatch(value)):
-        raise ConfigError(name, f"must be 1-100 letters, digits, '.', '_' or '-', not {value!r}")
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -232,7 +115,7 @@ class CrawlOptions:
     exclude: str | None = option(
         None,
         help="skip URLs where re.search(REGEX, url) matches",
-        check=_regex,
+        check=checks.regex,
         flags=("--exclude",),
         metavar="REGEX",
         chapter=True,
@@ -282,6 +165,23 @@ class CrawlOptions:
         "else /sitemap.xml)",
         check=truth,
         flags=("--sitemaps",),
+        fixed=True,
+    )
+    include: str | Iterable[str] | None = option(
+        None,
+        help="follow only URLs where re.search(REGEX, url) matches one of these (roots are "
+        "always fetched; default: every URL in scope)",
+        check=checks.regexes,
+        flags=("--include",),
+        metavar="REGEX",
+        repeated=True,
+        fixed=True,
+    )
+    no_parent: bool = option(
+        False,
+        help="follow only URLs at or below the directory of a root on its host, as wget's -np",
+        check=truth,
+        flags=("--no-parent",),
         fixed=True,
     )
     timeout: float = option(
@@ -348,10 +248,21 @@ class CrawlOptions:
         # None is _fetch.DEFAULT_USER_AGENT. (The version is not read here: importlib.metadata
         # would bring the socket module into the sans-I/O core.)
         help="the User-Agent header (default trio-crawler/<version>)",
-        check=_user_agent,
+        check=checks.user_agent,
         flags=("--user-agent",),
         metavar="STRING",
         section=MANNERS,
+    )
+    headers: Mapping[str, str] | Iterable[tuple[str, str] | str] | None = option(
+        None,
+        help="send this header with every request, robots.txt and sitemaps included "
+        "('Name: value'; in Python, a mapping or (name, value) pairs; default: none)",
+        check=checks.headers,
+        flags=("--header",),
+        metavar="'NAME: VALUE'",
+        section=MANNERS,
+        repeated=True,
+        secret=True,
     )
     max_per_host: int | None = option(
         None,
@@ -372,7 +283,7 @@ class CrawlOptions:
     max_retry_after: float = option(
         DEFAULT_MAX_RETRY_AFTER,
         help="longest Retry-After waited for; a longer one ends the URL with that answer",
-        check=_longest_wait,
+        check=checks.longest_wait,
         flags=("--max-retry-after",),
         metavar="SECONDS",
         section=MANNERS,
@@ -390,7 +301,7 @@ class CrawlOptions:
         None,
         help="keep the crawl in this SQLite file, to resume it after a kill with the same "
         "command (default: in memory)",
-        check=_state_path,
+        check=checks.state_path,
         flags=("--state",),
         metavar="FILE",
         section=DURABLE,
@@ -407,7 +318,7 @@ class CrawlOptions:
         None,
         help="share the crawl through this Redis server with every process given the same "
         "--frontier and --crawl-id (redis://[USER:PASSWORD@]HOST[:PORT][/DB] or rediss://)",
-        check=_frontier_url,
+        check=checks.frontier_url,
         flags=("--frontier",),
         metavar="URL",
         section=DURABLE,
@@ -416,7 +327,7 @@ class CrawlOptions:
     crawl_id: str = option(
         "crawl",
         help="with --frontier, the name of the shared crawl",
-        check=_crawl_id,
+        check=checks.crawl_id,
         flags=("--crawl-id",),
         metavar="NAME",
         section=DURABLE,
@@ -461,6 +372,8 @@ class CrawlKeywords(TypedDict, total=False):
     max_tries: int
     max_tasks: int
     sitemaps: bool
+    include: str | Iterable[str] | None
+    no_parent: bool
     timeout: float
     max_time: float | None
     max_pages: int | None
@@ -469,6 +382,7 @@ class CrawlKeywords(TypedDict, total=False):
     max_url_length: int
     obey_robots: bool
     user_agent: str | None
+    headers: Mapping[str, str] | Iterable[tuple[str, str] | str] | None
     max_per_host: int | None
     delay: float
     max_retry_after: float
@@ -492,16 +406,25 @@ def normalize_roots(roots: Iterable[str]) -> tuple[str, ...]:
     if isinstance(roots, str):
         # A lone string would otherwise be crawled one character at a time.
         raise ConfigError("roots", f"must be a list of URLs, not the string {roots!r}")
-    normalized: list[str] = []
+    # Roots keep their order; repeats are dropped (a dict, so that hundreds of thousands
+    # of roots from -i cost no quadratic search).
+    normalized: dict[str, None] = {}
     for root in roots:
         url = normalize_root(root)
         if url is None:
             raise ConfigError("roots", f"has {root!r}, which is {_not_a_root(root)}")
-        if url not in normalized:  # Roots keep their order; repeats are dropped.
-            normalized.append(url)
+        normalized[url] = None
     if not normalized:
         raise ConfigError("roots", "must name at least one URL to crawl")
     return tuple(normalized)
+
+
+def roots_in_brief(roots: Sequence[str], *, shown: int = 3) -> str:
+    """The roots for a one-line message: the first ``shown`` of them, and how many more
+    (a crawl given hundreds of thousands with ``-i`` must not print them all)."""
+    more = len(roots) - shown
+    listed = " ".join(roots[:shown])
+    return f"{listed} (and {more} more)" if more > 0 else listed
 
 
 def _not_a_root(root: str) -> str:
@@ -518,8 +441,8 @@ class CrawlConfig(CrawlOptions):
     """The checked options of one crawl with its roots: what the core reads.
 
     Build it with :meth:`create`, which takes the roots as any iterable. ``scope``, which
-    answers "should this link be crawled?", is made from ``roots``, ``strict`` and
-    ``exclude``.
+    answers "should this link be crawled?", is made from ``roots``, ``strict``,
+    ``exclude``, ``include`` and ``no_parent``.
     """
 
     roots: tuple[str, ...]
@@ -530,7 +453,15 @@ class CrawlConfig(CrawlOptions):
         object.__setattr__(self, "roots", normalize_roots(self.roots))
         CrawlOptions.__post_init__(self)  # (zero-argument super() fails in slotted classes)
         pattern = None if self.exclude is None else re.compile(self.exclude)
-        object.__setattr__(self, "scope", Scope(self.roots, strict=self.strict, exclude=pattern))
+        scope = Scope(
+            self.roots,
+            strict=self.strict,
+            exclude=pattern,
+            include=[re.compile(pattern) for pattern in self.include or ()],
+            no_parent=self.no_parent,
+            normalized=True,
+        )
+        object.__setattr__(self, "scope", scope)
 
     @classmethod
     @takes_options(CrawlOptions)
@@ -541,4 +472,7 @@ class CrawlConfig(CrawlOptions):
             ConfigError: For the roots, or the first option whose value is unusable.
             TypeError: For a keyword that is not an option.
         """
-        return cls(roots=normalize_roots(roots), **options)
+        # Normalised and checked once, in __post_init__ (a root costs microseconds, and -i
+        # gives hundreds of thousands); a lone string goes there whole, to be refused.
+        given = roots if isinstance(roots, str) else tuple(roots)
+        return cls(roots=cast("tuple[str, ...]", given), **options)

@@ -72,7 +72,7 @@ from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, desc
 from ._sitemaps import MAX_SITEMAP_BYTES
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     import httpx
 
@@ -125,6 +125,7 @@ async def fetch(
     robots: bool = False,
     user_agent: str | None = None,
     conditions: Mapping[str, str] | None = None,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> Outcome:
     """Make one GET attempt for ``url``.
 
@@ -141,6 +142,8 @@ async def fetch(
         user_agent: A User-Agent for this request, over the client's own.
         conditions: Conditional request headers (``If-None-Match``,
             ``If-Modified-Since``) for a recrawl.
+        headers: More headers for this request, over the client's own (the crawl's
+            ``--header`` values, for a client that does not carry them).
 
     Returns:
         A Response for any completed exchange, or a FetchError saying whether a retry
@@ -149,10 +152,11 @@ async def fetch(
     response: httpx.Response | None = None
     raw_chunks: list[bytes] | None = [] if keep_exchange else None
     try:
-        headers = dict(conditions) if conditions else None
+        sent = [*conditions.items()] if conditions else []
         if user_agent is not None:
-            headers = {**(headers or {}), "user-agent": user_agent}
-        async with client.stream("GET", url, headers=headers) as response:
+            sent.append(("user-agent", user_agent))
+        sent += headers
+        async with client.stream("GET", url, headers=sent or None) as response:
             fields = _fields(response)
             # Read as the headers arrive: a date is turned into seconds from now (see
             # _retry_after), and "now" is before the body, which may take a while.
@@ -388,6 +392,7 @@ class Fetcher:
         max_size: Most body bytes accepted, after Content-Encoding is undone.
         timeout: Seconds one attempt may take (enforced by the engine; named in failures).
         user_agent: The User-Agent header.
+        headers: More headers for every request (``--header``).
         keep_exchanges: Attach each attempt as sent and received to its outcome (``--warc``).
 
     Attributes:
@@ -407,12 +412,14 @@ class Fetcher:
         timeout: float,
         user_agent: str,
         keep_exchanges: bool,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.client = client
         self._library = choose_http_library() if client is None else None
         self._max_size = max_size
         self._timeout = timeout
         self._user_agent = user_agent
+        self._headers = tuple(headers)
         self._keep_exchanges = keep_exchanges
         # Whether worker clients take a proxy from the environment: asked when the first
         # one is made, not for each (see open_client).
@@ -437,6 +444,7 @@ class Fetcher:
             user_agent=self._user_agent,
             proxy_from_environment=self._proxy_from_environment,
             connections=self.connections,
+            headers=self._headers,
         )
 
     async def fetch(self, client: Client, request: FetchRequest) -> Outcome:
@@ -454,9 +462,11 @@ class Fetcher:
             max_size=min(self._max_size, MAX_SITEMAP_BYTES) if request.sitemap else self._max_size,
             keep_exchange=self._keep_exchanges,
             robots=request.robots,
-            # Our own clients carry the User-Agent already; a caller's gets it per request.
+            # Our own clients carry the User-Agent and the headers already; a caller's gets
+            # them per request.
             user_agent=self._user_agent if client is self.client else None,
             conditions=_conditions(request),
+            headers=self._headers if client is self.client else (),
         )
         if debug:
             _log_attempt(request, outcome, time.perf_counter() - started)
@@ -470,7 +480,7 @@ class Fetcher:
         if self._keep_exchanges:
             exchange = Exchange(
                 url=request.url,
-                request_headers=(("user-agent", self._user_agent),),
+                request_headers=(("user-agent", self._user_agent), *self._headers),
                 error=error,
                 robots=request.robots,
             )

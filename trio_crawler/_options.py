@@ -23,7 +23,8 @@ crawl's table, its defaults and the config the core reads) because it changes fo
 reason: a new option is a row there and never a change here, while a change here (a new
 attribute of an option, a new kind of check) changes how every row of both tables is read.
 The checks here are the generic ones (a whole number, seconds, a truth value); a check that
-knows what one option means (a regular expression, a Redis URL) is declared beside it.
+knows what one option means (a regular expression, a Redis URL) is
+:mod:`trio_crawler._option_checks`'.
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class Option:
         section: The ``--help`` section the flags are listed in (one of SECTIONS).
         chapter: The chapter's ``Crawler`` took this keyword; it comes first in the signature.
         counted: An int flag that counts its repeats (``-vv``) instead of taking a value.
+        repeated: A flag given once per value (``--include A --include B``): the values
+            reach the check as a list, in the order given.
         fixed: The option says *what* to crawl, not how: a durable crawl keeps the value
             the run that made it had, and a later run may leave it out but not change it
             (see :func:`~trio_crawler._between_runs.keep_what_to_crawl`).
@@ -117,6 +120,7 @@ class Option:
     section: str = WHAT
     chapter: bool = False
     counted: bool = False
+    repeated: bool = False
     fixed: bool = False
 
 
@@ -138,6 +142,7 @@ def option(
     section: str = WHAT,
     chapter: bool = False,
     counted: bool = False,
+    repeated: bool = False,
     fixed: bool = False,
     secret: bool = False,
 ) -> _T:
@@ -153,6 +158,7 @@ def option(
         section=section,
         chapter=chapter,
         counted=counted,
+        repeated=repeated,
         fixed=fixed,
     )
     # A secret's value (it may hold a password) is left out of the dataclass's repr.

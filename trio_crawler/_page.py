@@ -306,7 +306,9 @@ def read_sitemap_response(
         )
     content = read_sitemap(response.body, max_size=max_size)
     pages, pages_too_long = _locs_in_scope(content.pages, scope, max_url_length)
-    sitemaps, sitemaps_too_long = _locs_in_scope(content.sitemaps, scope, max_url_length)
+    sitemaps, sitemaps_too_long = _locs_in_scope(
+        content.sitemaps, scope, max_url_length, as_page=False
+    )
     too_long = pages_too_long + sitemaps_too_long
     media_type, charset = parse_content_type(response.content_type)
     record = FetchStatistic(
@@ -324,9 +326,11 @@ def read_sitemap_response(
 
 
 def _locs_in_scope(
-    locs: tuple[str, ...], scope: Scope, max_url_length: int
+    locs: tuple[str, ...], scope: Scope, max_url_length: int, *, as_page: bool = True
 ) -> tuple[tuple[str, ...], int]:
-    """The ``<loc>`` URLs, in scope and without repeats; and how many were too long.
+    """The ``<loc>`` URLs, in scope (as pages, or ``as_page`` false as sitemaps: see
+    :meth:`~trio_crawler._urls.Scope.allows`) and without repeats; and how many were too
+    long.
 
     The protocol's URLs are absolute, and only absolute ones are taken: a relative one,
     resolved, would make a URL of any line of junk in a text sitemap.
@@ -339,7 +343,7 @@ def _locs_in_scope(
             continue
         if len(link) > max_url_length:
             too_long += 1
-        elif scope.allows(link):
+        elif scope.allows(link, as_page=as_page):
             kept[link] = None
     return tuple(kept), too_long
 
@@ -401,13 +405,14 @@ def root_sitemaps(
     """What a root origin offers as its sitemaps, to be queued first in its line: those
     its robots.txt (at ``robots``, their referrer) ``named``, or ``/sitemap.xml`` when it
     names none (with no referrer: found as a root is); and how many were longer than
-    ``max_url_length``. Each must be in scope and no longer than that, like any link."""
+    ``max_url_length``. Each must be in scope as a sitemap (``--include`` and
+    ``--no-parent`` choose among pages, not sitemaps) and no longer than that."""
     base = origin + "/"
     urls = [normalize_url(url, base) for url in named] or [origin + "/sitemap.xml"]
     sitemaps = []
     too_long = 0
     for url in urls:
-        if url is None or not scope.allows(url):
+        if url is None or not scope.allows(url, as_page=False):
             continue
         if len(url) > max_url_length:
             too_long += 1
@@ -481,7 +486,7 @@ def redirect_completion(
     record = FetchStatistic(url=request.url, next_url=target, status=response.status)
     offers: tuple[Offer, ...] = ()
     too_long = False
-    if not config.scope.allows(target):
+    if not config.scope.allows(target, as_page=not request.sitemap):
         LOGGER.info("redirect to %s from %s is out of scope", target, request.url)
     elif len(target) > config.max_url_length:
         too_long = True

@@ -54,6 +54,7 @@ URL that is not in flight) is a bug, and raises.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import random
 from collections import Counter
@@ -184,12 +185,13 @@ class CrawlState:
             self.limit_counts.update(resumed.limit_counts)
             self._started = self._recorded = self._recorded_before = resumed.records
             self._kinds.update(resumed.kinds)
-        # A batch each, so that roots go out in the order given. A durable store that
+        # A batch for each run of roots on one origin: roots go out in the order given,
+        # and 100 000 of them on a few hosts are a few batches. A durable store that
         # resumes a crawl already has them, and says none is new.
-        roots = tuple(
-            Offer((root,), depth=0, redirects_left=config.max_redirect) for root in config.roots
+        runs = itertools.groupby(config.roots, key=origin_of)
+        self._offer(
+            tuple(Offer(tuple(run), depth=0, redirects_left=config.max_redirect) for _, run in runs)
         )
-        self._offer(roots)
         if config.sitemaps and not config.obey_robots:
             for origin in dict.fromkeys(origin_of(root) for root in config.roots):
                 self._add_sitemaps(origin, (), None)

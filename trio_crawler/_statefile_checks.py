@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._config import roots_in_brief
 from ._options import ConfigError
 from ._statefile_rows import APPLICATION_ID, QUEUED, SCHEMA_VERSION
 
@@ -125,7 +126,7 @@ class StoredCrawl:
 def other_crawl(path: str, stored: Sequence[str]) -> StateFileError:
     """The refusal of a file that holds the crawl of other roots than those given."""
     return StateFileError(
-        path, f"holds the crawl of {' '.join(stored)}; give those ROOTs or none to resume it"
+        path, f"holds the crawl of {roots_in_brief(stored)}; give those ROOTs or none to resume it"
     )
 
 

@@ -79,7 +79,7 @@ class FetchStatistic:
 
     def to_json(self) -> str:
         """One line of JSON, no trailing newline."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(", ", ": "))
+        return _ENCODER.encode(self.to_dict())
 
     @property
     def kind(self) -> str:
@@ -106,6 +106,9 @@ class FetchStatistic:
 
 # The record's keys, in contract order: read once, not from dataclasses.fields() per record.
 _RECORD_KEYS = tuple(field.name for field in dataclasses.fields(FetchStatistic))
+# What json.dumps(..., ensure_ascii=False, separators=(", ", ": ")) makes anew on every call:
+# made once, for the record of every URL.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "))
 
 
 class Stamp(NamedTuple):

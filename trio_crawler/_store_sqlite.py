@@ -96,8 +96,12 @@ def open_state_store(config: CrawlConfig) -> StoredFrontier:
         StateFileError: The file cannot be used; nothing in it was changed.
     """
     assert config.state is not None
+    # Not kept: the store's own options, and the headers, which say how to crawl (each run
+    # gives its own) and may hold credentials, which a state file should not.
     options = {
-        name: value for name, value in config.keywords().items() if name not in ("state", "recrawl")
+        name: value
+        for name, value in config.keywords().items()
+        if name not in ("state", "recrawl", "headers")
     }
     state_file = StateFile(config.state, roots=config.roots, options=options)
     try:

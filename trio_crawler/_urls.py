@@ -28,7 +28,8 @@ so it is skipped, never raised.
 
 :class:`Scope` answers the chapter's question "should this link be crawled?": scheme, the
 ``--exclude`` regex, and host matching against the roots' hosts (strict or lenient), on the
-hosts as the standard spells them.
+hosts as the standard spells them; and, when asked, the ``--include`` regexes and wget's
+``--no-parent`` (a link must be at or below the directory of a root on its host).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING
 from ada_url import join_url, parse_url
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 _SCHEMES = frozenset({"http", "https"})
 _HTTP_PREFIXES = ("http://", "https://")
@@ -282,21 +283,60 @@ class Scope:
     itself. Ports are ignored, as in the chapter. Hosts are compared as the WHATWG URL
     Standard writes them (:func:`normalize_url`): ``0x7f.1`` is ``127.0.0.1``, and an IDN
     host is its UTS-46 ASCII form.
+
+    Two more rules narrow the pages a crawl follows, not the files it reads to find them
+    (sitemaps; see :meth:`allows`): with ``include``, at least one of its patterns
+    must match the URL (``re.search``); with ``no_parent``, the URL must be at or below the
+    directory of a root on that root's host, as wget's ``--no-parent`` (root
+    ``http://h/a/b.html`` admits ``http://h/a/...``, not ``http://h/c``; root
+    ``http://h/a``, whose directory is ``/``, admits all of ``h``). The roots' directories
+    are kept in a set per host and a URL's own directories are looked up in it, so the cost
+    of a link does not grow with the number of roots.
+
+    Args:
+        roots: The crawl's roots, as given (or ``normalized``: as :func:`normalize_root`
+            returns them, so they are not normalised again).
+        strict: Strict host matching, else lenient.
+        exclude: A URL this matches (``re.search``) is out of scope.
+        include: A page must match one of these, when there are any.
+        no_parent: A page must be at or below a root's directory on the root's host.
     """
 
     def __init__(
-        self, roots: Iterable[str], *, strict: bool = True, exclude: re.Pattern[str] | None = None
+        self,
+        roots: Iterable[str],
+        *,
+        strict: bool = True,
+        exclude: re.Pattern[str] | None = None,
+        include: Sequence[re.Pattern[str]] = (),
+        no_parent: bool = False,
+        normalized: bool = False,
     ) -> None:
         self.strict = strict
         self.exclude = exclude
-        # Roots are normalised again here (a no-op for normalised ones) so that a root given
-        # as "xkcd.com" or "http://München.de/" yields the host that links will carry.
-        normalized = (normalize_root(root) for root in roots)
-        self.root_hosts = frozenset(url_host(url) for url in normalized if url) - {""}
+        self.include = tuple(include)
+        self.no_parent = no_parent
+        # Whether either rule narrows the pages: asked of every link, so asked once here.
+        self._narrows = bool(self.include) or no_parent
+        # Roots are normalised here, unless the caller says they are (a CrawlConfig's, each
+        # of which would cost another 3 us), so that a root given as "xkcd.com" or
+        # "http://München.de/" yields the host that links will carry.
+        if normalized:
+            urls = roots if isinstance(roots, tuple | list) else list(roots)
+        else:
+            urls = [url for url in map(normalize_root, roots) if url]
+        self.root_hosts = frozenset(map(url_host, urls)) - {""}
         self._lenient_keys = frozenset(
             _lenient_key(host) for host in self.root_hosts if not _is_ip(host)
         )
         self._origin_answers: dict[str, bool] = {}
+        # no_parent: the directories of the roots, by host (ports and schemes aside, as in
+        # host matching).
+        self._parents: dict[str, set[str]] = {}
+        if no_parent:
+            for url in urls:
+                path = _path(url)
+                self._parents.setdefault(url_host(url), set()).add(path[: path.rfind("/") + 1])
 
     def host_okay(self, host: str) -> bool:
         """Whether ``host`` (any spelling) matches a root host under this scope's rule.
@@ -320,8 +360,12 @@ class Scope:
             return other in self.root_hosts
         return _lenient_key(host) in self._lenient_keys
 
-    def allows(self, url: str) -> bool:
+    def allows(self, url: str, *, as_page: bool = True) -> bool:
         """Whether a normalised absolute URL may be crawled.
+
+        With ``as_page`` false, whether it may be read to find pages (a sitemap): by the
+        host rule and ``exclude``, as any URL, but not by ``include`` or ``no_parent``,
+        which choose among the pages (``/sitemap.xml`` is rarely under a root's directory).
 
         This runs for every link on every page, so it slices the URL's origin (scheme,
         userinfo, host and port: everything before the path, which a normalised URL always
@@ -338,4 +382,35 @@ class Scope:
             scheme_end = url.find("://")
             answer = url[:scheme_end] in _SCHEMES and self.host_okay(url_host(url))
             self._origin_answers[origin] = answer
+        if answer and self._narrows and as_page:
+            return self._narrowed_to(url)
         return answer
+
+    def _narrowed_to(self, url: str) -> bool:
+        """Whether a URL in scope is a page ``include`` and ``no_parent`` let through."""
+        if self.include and not any(pattern.search(url) for pattern in self.include):
+            return False
+        return not self.no_parent or self._below_a_root(url)
+
+    def _below_a_root(self, url: str) -> bool:
+        """Whether ``url`` is at or below a root's directory on the root's host: each of
+        its own directories (``/``, ``/a/``, ``/a/b/``...) is looked up among them."""
+        directories = self._parents.get(url_host(url))
+        if directories is None:
+            return False
+        path = _path(url)
+        end = 0
+        while end >= 0:
+            if path[: end + 1] in directories:
+                return True
+            end = path.find("/", end + 1)
+        return False
+
+
+def _path(url: str) -> str:
+    """The path of a normalised absolute URL (``/`` at least), without its query."""
+    start = url.find("/", url.find("://") + 3)
+    if start < 0:
+        return "/"
+    end = url.find("?", start)
+    return url[start:] if end < 0 else url[start:end]

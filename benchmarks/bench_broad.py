@@ -119,6 +119,9 @@ LABELS = {
     "crawlee": "Crawlee, ParselCrawler",
 }
 MODES = ("compare", "scaling", "both")
+# A scaling crawl that keeps up takes well under a minute (5000 hosts x 5 pages); one that
+# stalls is cut off here and its row shows what the log holds by then.
+SCALING_TIMEOUT = 600.0
 # A crawl of 500 hosts x 20 pages at a 1 s delay takes about 25 s for a crawler that keeps
 # up, a few minutes for one that is CPU-bound here; more than this is a hang.
 DEFAULT_TIMEOUT = 1800.0
@@ -544,6 +547,7 @@ COMPARE_HEADERS = [
     "gaps < D-10 ms (pages only)",
     "smallest gap s",
     "max in flight / host",
+    "connections",
     "CPU s",
     "CPU ms/request",
     "peak RSS MiB",
@@ -562,6 +566,7 @@ def compare_row(label: str, run: ToolRun, *, pages: int, delay: float) -> list[o
         f"{metrics.short_gaps} ({metrics.short_page_gaps})",
         "-" if metrics.min_gap is None else f"{metrics.min_gap:.3f}",
         metrics.max_in_flight,
+        metrics.connections,
         f"{run.cpu_s:.1f}",
         _per_request(run.cpu_s, metrics.requests),
         f"{run.peak_rss_mib:.0f}",
@@ -580,6 +585,7 @@ SCALING_HEADERS = [
     "wall ÷ (PxD)",
     "gaps < D-10 ms",
     "max in flight / host",
+    "connections",
     "CPU s",
     "CPU ms/request",
     "CPU ms/request less start-up",
@@ -644,6 +650,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scaling.add_argument("--scaling-pages", type=int, default=5)
     scaling.add_argument("--scaling-delay", type=float, default=0.2)
+    scaling.add_argument(
+        "--scaling-timeout",
+        type=float,
+        default=SCALING_TIMEOUT,
+        help="per crawl, s (the row then shows what the log holds)",
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter for our CLI")
     parser.add_argument("--peers-python", default=str(PEERS_PYTHON), help="Scrapy's, Crawlee's")
     parser.add_argument(
@@ -678,7 +690,8 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
         if args.keep is not None:
             work = args.keep.resolve()
             work.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(work / "scratch", ignore_errors=True)
+            for stale in ("scratch", "snapshot"):
+                shutil.rmtree(work / stale, ignore_errors=True)
         else:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-broad-")))
         package_path = args.snapshot or snapshot_package(work / "snapshot")
@@ -773,7 +786,9 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
     for hosts in args.scaling_hosts:
         site = _new_site(work, hosts, pages)
         print(f"bench_broad: scaling, {hosts} hosts ...", file=sys.stderr, flush=True)
-        result = crawl("ours", site, setup, delay=delay)
+        result = crawl(
+            "ours", site, dataclasses.replace(setup, timeout=args.scaling_timeout), delay=delay
+        )
         metrics = result.metrics
         rows.append(
             [
@@ -784,6 +799,7 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
                 f"{result.wall_s / (pages * delay):.2f}",
                 f"{metrics.short_gaps} ({metrics.short_page_gaps})",
                 metrics.max_in_flight,
+                metrics.connections,
                 f"{result.cpu_s:.1f}",
                 _per_request(result.cpu_s, metrics.requests),
                 _per_request(result.cpu_s - startup, metrics.requests),

@@ -287,6 +287,7 @@ class BroadMetrics:
             if no host had two requests.
         max_in_flight: The most requests one host had in flight at once, to the log's
             millisecond: requests on different connections whose [start, end] overlap.
+        connections: Connections the requests came on (nginx's serial numbers).
         first_start: The first request's start (seconds since the epoch); 0.0 if none.
         last_end: The last request's end.
     """
@@ -300,6 +301,7 @@ class BroadMetrics:
     short_page_gaps: int
     min_gap: float | None
     max_in_flight: int
+    connections: int
     first_start: float
     last_end: float
 
@@ -356,6 +358,7 @@ def measure(
         short_page_gaps=short_page_gaps,
         min_gap=min_gap,
         max_in_flight=max_in_flight,
+        connections=len({request.connection for request in requests}),
         first_start=min((r.start for r in requests), default=0.0),
         last_end=max((r.end for r in requests), default=0.0),
     )

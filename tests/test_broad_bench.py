@@ -160,6 +160,7 @@ def test_measure_counts_pages_repeats_and_short_gaps() -> None:
     assert metrics.short_page_gaps == 1  # b only: robots.txt is left out
     assert metrics.min_gap == pytest.approx(0.2)
     assert metrics.max_in_flight == 1
+    assert metrics.connections == 6
     assert metrics.first_start == pytest.approx(100.0)
     assert metrics.last_end == pytest.approx(102.495)
 

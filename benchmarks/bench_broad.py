@@ -23,6 +23,9 @@ tools, gives the columns:
   the smallest gap seen;
 * **max in flight / host**: the most requests one host had open at once (at the log's
   millisecond, requests on different connections in the same millisecond count as together);
+* **connections**: connections the requests came on (nginx's ``$connection``): a client
+  that keeps one open per host needs about one per host, one that moves between hosts
+  opens one for nearly every request;
 * **CPU ms/request**: user + system CPU of the tool's processes (``os.wait4``, through GNU
   time, which also gives the peak RSS) over the requests in the log.
 
@@ -52,7 +55,10 @@ The numbers never fail the benchmark.
 Alone (``setup.sh`` installs the peers; ``run.py --only broad`` runs it too)::
 
     .venv/bin/python benchmarks/bench_broad.py [--hosts 500] [--pages 20] [--delay 1] \\
-        [--tools ours,ours-state,ours-frontier,scrapy,crawlee] [--mode compare|scaling|both]
+        [--tools ours,ours-state,ours-frontier,scrapy,crawlee] [--mode compare|scaling|both] \\
+        [--peers-python PATH] [--keep DIR]
+
+``--keep DIR`` works in DIR and leaves each crawl's access log, stderr and records there.
 """
 
 from __future__ import annotations

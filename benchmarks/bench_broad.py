@@ -126,8 +126,8 @@ LABELS = {
 }
 MODES = ("compare", "scaling", "both")
 # A scaling crawl that keeps up takes well under a minute (5000 hosts x 5 pages); one that
-# stalls is cut off here and its row shows what the log holds by then.
-SCALING_TIMEOUT = 600.0
+# stalls is stopped by its own --max-time, reports, and its row shows what the log holds.
+SCALING_MAX_TIME = 300.0
 # A crawl of 500 hosts x 20 pages at a 1 s delay takes about 25 s for a crawler that keeps
 # up, a few minutes for one that is CPU-bound here; more than this is a hang.
 DEFAULT_TIMEOUT = 1800.0
@@ -359,6 +359,7 @@ class Setup:
     processes: int
     timeout: float
     work: Path
+    max_time: float | None = None
 
 
 def our_command(
@@ -376,6 +377,8 @@ def our_command(
     command = [setup.python, "-m", "trio_crawler", "-q", "--no-progress", "-o", str(output)]
     command += ["--delay", f"{delay:g}", "--max-per-host", "1"]
     command += ["--max-tasks", str(setup.max_tasks), *extra]
+    if setup.max_time is not None:
+        command += ["--max-time", f"{setup.max_time:g}"]
     if roots_file is not None and setup.input_file:
         return [*command, "-i", str(roots_file)]
     return [*command, *roots] if roots_file is not None else command
@@ -388,13 +391,26 @@ def _tail(path: Path) -> str:
     return ""
 
 
-def _note(label: str, cost: ChildCost, stderr: Path) -> str | None:
-    if cost.returncode == 0 and not cost.timed_out:
+def finish_reason(report: Path) -> str | None:
+    """The ``Finish reason:`` of our CLI's report, None if there is none."""
+    with contextlib.suppress(OSError):
+        for line in reversed(report.read_text(errors="replace").splitlines()):
+            if line.startswith("Finish reason:"):
+                return line.removeprefix("Finish reason:").strip()
+    return None
+
+
+def _note(label: str, cost: ChildCost, stderr: Path, report: Path | None = None) -> str | None:
+    """A line for the notes if the crawl did not end well: an exit other than 0, a
+    timeout, or (for our CLI) a report whose finish reason is not ``finished``."""
+    reason = finish_reason(report) if report is not None else "finished"
+    if cost.returncode == 0 and not cost.timed_out and reason == "finished":
         return None
     tail = _tail(stderr)
     return (
         f"{label}: exit {cost.returncode}"
         + (", timed out" if cost.timed_out else "")
+        + (f", finish reason {reason}" if reason != "finished" else "")
         + (f": `{tail}`" if tail else "")
     )
 
@@ -428,11 +444,17 @@ def crawl(
                 extra=extra,
             )
             stderr = work / "stderr.txt"
+            report = work / "report.txt"
             cost = run_measured(
-                command, timeout=setup.timeout, cwd=work, env=setup.env, stderr=stderr
+                command,
+                timeout=setup.timeout,
+                cwd=work,
+                env=setup.env,
+                stdout=report,
+                stderr=stderr,
             )
             costs, wall = [cost], cost.wall_s
-            notes += filter(None, [_note(LABELS[tool], cost, stderr)])
+            notes += filter(None, [_note(LABELS[tool], cost, stderr, report)])
         elif tool == "ours-frontier":
             if redis is None:
                 raise BenchmarkError("the shared frontier needs a Redis server")
@@ -495,6 +517,7 @@ def _crawl_shared(
                 timeout=setup.timeout,
                 cwd=work,
                 env=setup.env,
+                stdout=work / f"report-{index}.txt",
                 stderr=work / f"stderr-{index}.txt",
             )
         except BaseException as exc:
@@ -534,7 +557,10 @@ def _crawl_shared(
         for index, cost in enumerate(done)
         if (
             note := _note(
-                f"{LABELS['ours-frontier']} process {index}", cost, work / f"stderr-{index}.txt"
+                f"{LABELS['ours-frontier']} process {index}",
+                cost,
+                work / f"stderr-{index}.txt",
+                work / f"report-{index}.txt",
             )
         )
     ]
@@ -657,10 +683,10 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("--scaling-pages", type=int, default=5)
     scaling.add_argument("--scaling-delay", type=float, default=0.2)
     scaling.add_argument(
-        "--scaling-timeout",
+        "--scaling-max-time",
         type=float,
-        default=SCALING_TIMEOUT,
-        help="per crawl, s (the row then shows what the log holds)",
+        default=SCALING_MAX_TIME,
+        help="each crawl's --max-time, s (a row cut short shows what the log holds)",
     )
     parser.add_argument("--python", default=sys.executable, help="interpreter for our CLI")
     parser.add_argument("--peers-python", default=str(PEERS_PYTHON), help="Scrapy's, Crawlee's")
@@ -792,9 +818,10 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
     for hosts in args.scaling_hosts:
         site = _new_site(work, hosts, pages)
         print(f"bench_broad: scaling, {hosts} hosts ...", file=sys.stderr, flush=True)
-        result = crawl(
-            "ours", site, dataclasses.replace(setup, timeout=args.scaling_timeout), delay=delay
+        limited = dataclasses.replace(
+            setup, max_time=args.scaling_max_time, timeout=args.scaling_max_time + 120
         )
+        result = crawl("ours", site, limited, delay=delay)
         metrics = result.metrics
         rows.append(
             [
@@ -820,7 +847,8 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         "### Broad crawl: CPU per request against the number of hosts (trio-crawler, in memory)",
         "",
         f"Each host {pages} pages, delay {delay:g} s (PxD = {pages * delay:g} s), `--delay "
-        f"{delay:g} --max-per-host 1 --max-tasks {args.max_tasks}`. Requests include one "
+        f"{delay:g} --max-per-host 1 --max-tasks {args.max_tasks} --max-time "
+        f"{args.scaling_max_time:g}`. Requests include one "
         f"robots.txt per host. Start-up (`python -m trio_crawler --version`): {startup:.2f} "
         "CPU s, taken out in the second CPU column. nginx start: seconds until it listened "
         "on every address.",

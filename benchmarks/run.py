@@ -1,6 +1,6 @@
 """Every benchmark, one command: the tables printed, and saved under benchmarks/results/.
 
-Seven parts, run in the order ``--only`` names them (all seven by default):
+Eight parts, run in the order ``--only`` names them (all eight by default):
 
 * ``synthetic``: our four engines, Scrapy and wget crawl the synthetic site, and
   ``floor.py`` measures what the libraries alone cost (``bench_engines.py``).
@@ -23,6 +23,10 @@ Seven parts, run in the order ``--only`` names them (all seven by default):
 * ``pushback``: servers that push back (429, 503, ``Retry-After``, an in-flight cap),
   crawled by our CLI with and without ``--no-adapt``, Scrapy with and without AutoThrottle
   and Crawlee; its numbers never fail the run (``bench_pushback.py``).
+* ``broad``: many hosts on 127.0.x.y crawled politely (a delay, one request per host):
+  our CLI in memory, with ``--state`` and with ``--frontier`` in 3 processes, Scrapy with
+  its broad-crawl settings and Crawlee, judged by nginx's log; then our CPU per request
+  across 100, 1000 and 5000 hosts; its numbers never fail the run (``bench_broad.py``).
 
 The markdown goes to stdout at the end and, section by section as each part finishes, to
 ``benchmarks/results/<name>.md`` (``--out NAME``; by default a name with the date and
@@ -33,7 +37,7 @@ check failed (a tool that did not find every page, a crawl that failed), after w
 Set up once with ``bash benchmarks/setup.sh``, then, from the repository root::
 
     .venv/bin/python benchmarks/run.py [--pages 10000] [--rounds 3]
-        [--only synthetic,docs,slow,state,durable,handler,cluster,pushback] [--out results.md]
+        [--only synthetic,docs,slow,state,durable,handler,cluster,pushback,broad] [--out results.md]
 
 Defaults took 33 minutes on the 2-CPU machine (see README.md for a smoke run).
 """
@@ -54,12 +58,12 @@ if __package__ in (None, ""):
     # Run as a script: make the `benchmarks` folder importable as a package.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_cluster, bench_engines, bench_pushback, bench_slow
+from benchmarks import bench_broad, bench_cluster, bench_engines, bench_pushback, bench_slow
 from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_environment
 from benchmarks.measure import GNU_TIME, parts_argument, run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
-PARTS = ("synthetic", "docs", "slow", "state", "durable", "handler", "cluster", "pushback")
+PARTS = ("synthetic", "docs", "slow", "state", "durable", "handler", "cluster", "pushback", "broad")
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_STATE = Path(__file__).resolve().parent / "bench_state.py"
 BENCH_DURABLE = Path(__file__).resolve().parent / "bench_durable.py"
@@ -142,6 +146,32 @@ def build_parser() -> argparse.ArgumentParser:
     pushback.add_argument(
         "--pushback-cap", type=int, default=defaults.cap, help="in flight per host"
     )
+    peers = parser.add_argument_group("pushback and broad")
+    peers.add_argument(
+        "--peers-python",
+        help="the interpreter with Scrapy and Crawlee (default: benchmarks/.venv's)",
+    )
+    broad = parser.add_argument_group("broad (also --no-scrapy)")
+    broad.add_argument("--broad-hosts", type=int, default=500)
+    broad.add_argument("--broad-pages", type=int, default=20, help="per host")
+    broad.add_argument("--broad-delay", type=float, default=1.0, help="seconds")
+    broad.add_argument(
+        "--broad-max-tasks", type=int, default=500, help="ours per process; Scrapy's"
+    )
+    broad.add_argument(
+        "--broad-tools",
+        type=parts_argument(bench_broad.TOOLS),
+        default=list(bench_broad.TOOLS),
+        metavar="TOOLS",
+        help=f"comma-separated, from {','.join(bench_broad.TOOLS)}",
+    )
+    broad.add_argument(
+        "--broad-mode",
+        choices=bench_broad.MODES,
+        default="both",
+        help="the tools side by side, our CPU per request across hosts, or both",
+    )
+    broad.add_argument("--broad-scaling-hosts", type=_numbers, default=[100, 1000, 5000])
     return parser
 
 
@@ -193,10 +223,25 @@ def run_part(
         argv += ["--cap", str(args.pushback_cap)]
         argv += ["--snapshot", str(package_path), "--json-out", str(json_out)]
         argv += ["--python", args.our_python[0][1]] if args.our_python else []
+        argv += ["--peers-python", args.peers_python] if args.peers_python else []
         tools = [t for t in bench_pushback.TOOLS if not (args.no_scrapy and "scrapy" in t)]
         argv += ["--tools", ",".join(tools)]
         # Its numbers are for reading: it passes whatever they are (bench_pushback.py).
         return bench_pushback.run(bench_pushback.build_parser().parse_args(argv))
+    if part == "broad":
+        argv = ["--hosts", str(args.broad_hosts), "--pages", str(args.broad_pages)]
+        argv += ["--delay", str(args.broad_delay), "--max-tasks", str(args.broad_max_tasks)]
+        argv += ["--mode", args.broad_mode]
+        argv += ["--scaling-hosts", ",".join(map(str, args.broad_scaling_hosts))]
+        argv += ["--snapshot", str(package_path), "--json-out", str(json_out)]
+        argv += ["--python", args.our_python[0][1]] if args.our_python else []
+        argv += ["--peers-python", args.peers_python] if args.peers_python else []
+        tools = [t for t in args.broad_tools if not (args.no_scrapy and t == "scrapy")]
+        if not tools:
+            return "### Broad crawl\n\nNot run: `--no-scrapy` left no tool.", True
+        argv += ["--tools", ",".join(tools)]
+        # Its numbers are for reading: it passes whatever they are (bench_broad.py).
+        return bench_broad.run(bench_broad.build_parser().parse_args(argv))
     if part == "durable":
         argv = ["--pages", str(args.pages), "--rounds", str(args.rounds)]
         return run_state(

@@ -1,0 +1,887 @@
+"""Broad crawls: many hosts, each crawled politely, all at once.
+
+Why: a broad crawl spends its time waiting. Each host gets one request at a time with a
+delay between two of them, so a crawl of ``H`` hosts of ``P`` pages at delay ``D`` cannot
+take less than about ``P x D`` seconds however large ``H`` is, and takes that long only if
+the crawler keeps every host busy at once: ``H / D`` requests a second, from one process or
+a few. The questions: does each tool keep to the delay and to one request per host, does it
+fetch every page once, how close does it come to ``P x D``, and what does a request cost it?
+
+The site (``broad_site.py``): ``--hosts`` hosts on loopback addresses 127.0.x.y, one
+nginx listening on each address (one ``listen`` each, one port), ``--pages`` pages a host,
+a robots.txt allowing everything; links mostly to the same host, some to other hosts of the
+site, some off it. nginx logs every request with millisecond times, and that log, not the
+tools, gives the columns:
+
+* **pages fetched / all**: distinct pages answered 200, of hosts x pages;
+* **fetched twice**: pages requested more than once;
+* **requests**: every request, robots.txt included;
+* **wall ÷ (PxD)**: the tool's wall time (start-up included; for several processes, the first
+  start to the last exit) over the least time the delay allows;
+* **gaps < D-10 ms**: gaps between two consecutive request starts to one host shorter than
+  the delay by more than 10 ms, robots.txt included (in brackets: between pages only), and
+  the smallest gap seen;
+* **max in flight / host**: the most requests one host had open at once (at the log's
+  millisecond, requests on different connections in the same millisecond count as together);
+* **connections**: connections the requests came on (nginx's ``$connection``): a client
+  that keeps one open per host needs about one per host, one that moves between hosts
+  opens one for nearly every request;
+* **CPU ms/request**: user + system CPU of the tool's processes (``os.wait4``, through GNU
+  time, which also gives the peak RSS) over the requests in the log.
+
+The tools, each against a fresh nginx on the same site:
+
+* this crawler in memory, with ``--state FILE`` (a new file), and with ``--frontier
+  redis://...`` in ``--processes`` processes (3) sharing one crawl, on a private
+  ``redis-server`` (``bench_cluster.serve_redis``; its own CPU is given under the table);
+  each ``python -m trio_crawler -q --no-progress --delay D --max-per-host 1 --max-tasks N``
+  with the roots in a file (``-i FILE``) when ``--help`` lists ``--input-file``, else as
+  arguments (the frontier's joiners get none);
+* Scrapy with its documented broad-crawl settings, ``DOWNLOAD_DELAY = D``,
+  ``CONCURRENT_REQUESTS_PER_DOMAIN = 1`` and ``ROBOTSTXT_OBEY`` (``broad_peers.py``);
+* Crawlee for Python's ``ParselCrawler`` at its defaults (no per-host delay exists in it).
+
+``--mode scaling`` runs this crawler alone (in memory) over ``--scaling-hosts`` (100, 1000
+and 5000 hosts) of ``--scaling-pages`` pages (5) at ``--scaling-delay`` (0.2 s): CPU per
+request against the number of hosts, which should stay flat. ``--mode both`` runs the two.
+
+Limits: nginx needs one socket and one connection slot per address it listens on, beside
+those of the crawlers' connections, so its ``worker_connections`` is set from ``--hosts``,
+and the harness raises its own open-file limit for nginx to inherit (see
+:func:`raise_nofile`: ``worker_rlimit_nofile`` alone does not do it). On the project's VM the
+hard limit is 20 000 and cannot be raised, even as root, which allows about 11 000 hosts.
+The numbers never fail the benchmark.
+
+Alone (``setup.sh`` installs the peers; ``run.py --only broad`` runs it too)::
+
+    .venv/bin/python benchmarks/bench_broad.py [--hosts 500] [--pages 20] [--delay 1] \\
+        [--tools ours,ours-state,ours-frontier,scrapy,crawlee] [--mode compare|scaling|both] \\
+        [--peers-python PATH] [--keep DIR]
+
+``--keep DIR`` works in DIR and leaves each crawl's access log, stderr and records there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):
+    # Run as a script: make the `benchmarks` folder importable as a package.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_cluster import _kill_measured_children, serve_redis
+from benchmarks.bench_engines import BenchmarkError, probe_our_python, snapshot_environment
+from benchmarks.broad_site import (
+    LOG_FORMAT,
+    BroadMetrics,
+    BroadSite,
+    generate,
+    host_address,
+    measure,
+    parse_log,
+)
+from benchmarks.measure import (
+    ChildCost,
+    markdown_table,
+    package_identity,
+    parts_argument,
+    run_main,
+    run_measured,
+    snapshot_package,
+)
+from benchmarks.nginx import NginxError, find_nginx, stop_process
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from benchmarks.bench_cluster import RedisServer
+
+HERE = Path(__file__).resolve().parent
+PEERS_SCRIPT = HERE / "broad_peers.py"
+PEERS_PYTHON = HERE / ".venv" / "bin" / "python"
+TOOLS = ("ours", "ours-state", "ours-frontier", "scrapy", "crawlee")
+LABELS = {
+    "ours": "trio-crawler, in memory",
+    "ours-state": "trio-crawler, --state",
+    "ours-frontier": "trio-crawler, --frontier",
+    "scrapy": "Scrapy, broad-crawl settings",
+    "crawlee": "Crawlee, ParselCrawler",
+}
+MODES = ("compare", "scaling", "both")
+# A scaling crawl that keeps up takes well under a minute (5000 hosts x 5 pages); one that
+# stalls is stopped by its own --max-time, reports, and its row shows what the log holds.
+SCALING_MAX_TIME = 300.0
+# A crawl of 500 hosts x 20 pages at a 1 s delay takes about 25 s for a crawler that keeps
+# up, a few minutes for one that is CPU-bound here; more than this is a hang.
+DEFAULT_TIMEOUT = 1800.0
+# Ports below Linux's ephemeral range (32768-60999 by default), so no client socket of
+# another test holds ours on one of the addresses; tried at random until one binds.
+_PORT_RANGE = (20000, 32000)
+_PORT_ATTEMPTS = 50
+# Readiness: nginx binds thousands of addresses in well under a second; 400 attempts 25 ms
+# apart give a loaded machine ten seconds.
+_READY_ATTEMPTS = 400
+_READY_INTERVAL = 0.025
+# nginx's connection slots beyond one per listening address: the crawlers' connections
+# (up to --max-tasks per process, and idle keep-alive ones) with room to spare.
+_SPARE_CONNECTIONS = 8192
+# How long the joiners of a shared crawl wait for the creator to make it, and how often
+# they look (bench_cluster.py does the same).
+_CREATE_TIMEOUT = 60.0
+_CREATE_POLL = 0.01
+
+_CONFIG = """\
+daemon off;
+master_process off;
+worker_processes 1;
+worker_rlimit_nofile {nofile};
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+
+events {{
+    worker_connections {connections};
+}}
+
+http {{
+    log_format broad '{log_format}';
+    access_log {log} broad buffer=64k flush=1s;
+    types {{
+        text/html html;
+        text/plain txt;
+    }}
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000;
+    keepalive_timeout 60s;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+
+    server {{
+{listens}
+        root {root}/$server_addr;
+        index index.html;
+        location = /__ready {{
+            access_log off;
+            return 204;
+        }}
+    }}
+}}
+"""
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+def nginx_files(hosts: int) -> int:
+    """Open files nginx may need: a listening socket per address, the clients' connections,
+    its logs."""
+    return hosts + _SPARE_CONNECTIONS + 64
+
+
+def raise_nofile(needed: int) -> None:
+    """Raise this process's open-file limit to ``needed`` for nginx to inherit.
+
+    nginx opens its listening sockets while it reads its configuration, under the limit
+    it was started with; ``worker_rlimit_nofile`` is set for worker processes, and with
+    ``master_process off`` comes too late to help (30 000 addresses failed with "Too many
+    open files" at an inherited limit of 20 000 whatever it said). So the harness raises
+    its own soft limit, and the hard one too when it may (as root).
+
+    Raises:
+        NginxError: If the limit cannot be raised that far, with the fix.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= needed:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, max(hard, needed)))
+    except (ValueError, OSError):
+        raise NginxError(
+            f"nginx needs {needed} open files for this many hosts, and the limit is {soft} "
+            f"(hard {hard}): raise it (ulimit -Hn {needed}, as root) or use fewer hosts"
+        ) from None
+
+
+def nginx_config(site: BroadSite, *, tmp: Path, log: Path) -> str:
+    """nginx.conf for ``site``: one ``listen`` per host address, each host's directory as
+    the root of its address, every request logged in ``LOG_FORMAT``."""
+    connections = len(site.hosts) + _SPARE_CONNECTIONS
+    listens = "\n".join(f"        listen {host}:{site.port};" for host in site.hosts)
+    return _CONFIG.format(
+        nofile=nginx_files(len(site.hosts)),
+        connections=connections,
+        tmp=tmp,
+        log=log,
+        log_format=LOG_FORMAT,
+        listens=listens,
+        root=site.directory.resolve(),
+    )
+
+
+def choose_port(hosts: int) -> int:
+    """A port that binds on the first and the last host's address a moment ago."""
+    addresses = {host_address(0), host_address(hosts - 1)}
+    for _ in range(_PORT_ATTEMPTS):
+        port = random.randrange(*_PORT_RANGE)
+        try:
+            for address in addresses:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    probe.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise NginxError(f"no free port in {_PORT_RANGE} after {_PORT_ATTEMPTS} attempts")
+
+
+@contextlib.contextmanager
+def serve_hosts(site: BroadSite, log: Path) -> Iterator[float]:
+    """Serve ``site`` with a private nginx, its access log to ``log``; yield how long nginx
+    took to listen on every address. nginx is stopped by its PID at the end, which writes
+    out the log's buffer.
+
+    Raises:
+        NginxError: If nginx is missing, or does not start and answer.
+    """
+    nginx = find_nginx()
+    raise_nofile(nginx_files(len(site.hosts)))
+    with tempfile.TemporaryDirectory(prefix="bench-broad-nginx-") as tmp:
+        config = Path(tmp, "nginx.conf")
+        config.write_text(nginx_config(site, tmp=Path(tmp), log=log))
+        started = time.perf_counter()
+        with Path(tmp, "stderr.log").open("wb") as stderr:
+            process = subprocess.Popen(
+                [nginx, "-p", tmp, "-c", str(config), "-e", f"{tmp}/error.log"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        try:
+            _wait_ready(process, site, tmp)
+            yield time.perf_counter() - started
+        finally:
+            stop_process(process)
+
+
+def _wait_ready(process: subprocess.Popen[bytes], site: BroadSite, tmp: str) -> None:
+    """Poll until nginx answers on the last address it binds (and then on the first)."""
+    for address in (site.hosts[-1], site.hosts[0]):
+        for _ in range(_READY_ATTEMPTS):
+            if process.poll() is not None:
+                raise NginxError(f"nginx exited {process.returncode}:\n{_error_log(tmp)}")
+            try:
+                with socket.create_connection((address, site.port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(_READY_INTERVAL)
+        else:
+            raise NginxError(
+                f"nginx did not accept connections on {address}:{site.port} in "
+                f"{_READY_ATTEMPTS * _READY_INTERVAL:g} s:\n{_error_log(tmp)}"
+            )
+        url = f"http://{address}:{site.port}/__ready"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            if response.status != 204:
+                raise NginxError(f"nginx answered {url} with {response.status}, not 204")
+
+
+def _error_log(tmp: str) -> str:
+    parts = []
+    for name in ("stderr.log", "error.log"):
+        with contextlib.suppress(OSError):
+            parts.append(Path(tmp, name).read_text(errors="replace")[-2000:])
+    return "".join(parts)
+
+
+# -- the tools -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolRun:
+    """One tool's crawl of the site: its processes' costs and what the log says.
+
+    Attributes:
+        tool: One of ``TOOLS``.
+        costs: Each process's cost (several for the shared frontier).
+        wall_s: From the first process's start to the last one's exit.
+        metrics: What nginx's log says.
+        nginx_start_s: Seconds nginx took to listen on every address.
+        redis_cpu_s: For the shared frontier, Redis's own CPU seconds during the crawl.
+        notes: Exits other than 0, timeouts, with the end of stderr.
+    """
+
+    tool: str
+    costs: list[ChildCost]
+    wall_s: float
+    metrics: BroadMetrics
+    nginx_start_s: float = 0.0
+    redis_cpu_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(cost.cpu_s for cost in self.costs)
+
+    @property
+    def peak_rss_mib(self) -> float:
+        return max((cost.peak_rss_mib for cost in self.costs), default=0.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setup:
+    """What every crawl of one benchmark shares."""
+
+    python: str
+    peers_python: str
+    env: dict[str, str]
+    input_file: bool
+    max_tasks: int
+    processes: int
+    timeout: float
+    work: Path
+    max_time: float | None = None
+
+
+def our_command(
+    setup: Setup,
+    *,
+    delay: float,
+    output: Path,
+    roots_file: Path | None,
+    roots: Sequence[str],
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """This crawler's command line: the manners of a broad crawl, the roots from a file
+    when the CLI reads one, else as arguments (none for a joiner: ``roots_file`` None and
+    ``roots`` empty)."""
+    command = [setup.python, "-m", "trio_crawler", "-q", "--no-progress", "-o", str(output)]
+    command += ["--delay", f"{delay:g}", "--max-per-host", "1"]
+    command += ["--max-tasks", str(setup.max_tasks), *extra]
+    if setup.max_time is not None:
+        command += ["--max-time", f"{setup.max_time:g}"]
+    if roots_file is not None and setup.input_file:
+        return [*command, "-i", str(roots_file)]
+    return [*command, *roots] if roots_file is not None else command
+
+
+def _tail(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        lines = path.read_text(errors="replace").strip().splitlines()
+        return " / ".join(lines[-3:])[-400:]
+    return ""
+
+
+def finish_reason(report: Path) -> str | None:
+    """The ``Finish reason:`` of our CLI's report, None if there is none."""
+    with contextlib.suppress(OSError):
+        for line in reversed(report.read_text(errors="replace").splitlines()):
+            if line.startswith("Finish reason:"):
+                return line.removeprefix("Finish reason:").strip()
+    return None
+
+
+def _note(label: str, cost: ChildCost, stderr: Path, report: Path | None = None) -> str | None:
+    """A line for the notes if the crawl did not end well: an exit other than 0, a
+    timeout, or (for our CLI) a report whose finish reason is not ``finished``."""
+    reason = finish_reason(report) if report is not None else "finished"
+    if cost.returncode == 0 and not cost.timed_out and reason == "finished":
+        return None
+    tail = _tail(stderr)
+    return (
+        f"{label}: exit {cost.returncode}"
+        + (", timed out" if cost.timed_out else "")
+        + (f", finish reason {reason}" if reason != "finished" else "")
+        + (f": `{tail}`" if tail else "")
+    )
+
+
+def crawl(
+    tool: str,
+    site: BroadSite,
+    setup: Setup,
+    *,
+    delay: float,
+    redis: RedisServer | None = None,
+) -> ToolRun:
+    """Serve ``site`` with a fresh nginx, crawl it with ``tool``, stop nginx, read its log."""
+    work = setup.work / tool
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    roots_file = work / "roots.txt"
+    roots_file.write_text("".join(f"{root}\n" for root in site.roots))
+    log = work / "access.log"
+    notes: list[str] = []
+    redis_cpu: float | None = None
+    with serve_hosts(site, log) as nginx_start:
+        if tool in ("ours", "ours-state"):
+            extra = ["--state", str(work / "crawl.db")] if tool == "ours-state" else []
+            command = our_command(
+                setup,
+                delay=delay,
+                output=work / "records.jsonl",
+                roots_file=roots_file,
+                roots=site.roots,
+                extra=extra,
+            )
+            stderr = work / "stderr.txt"
+            report = work / "report.txt"
+            cost = run_measured(
+                command,
+                timeout=setup.timeout,
+                cwd=work,
+                env=setup.env,
+                stdout=report,
+                stderr=stderr,
+            )
+            costs, wall = [cost], cost.wall_s
+            notes += filter(None, [_note(LABELS[tool], cost, stderr, report)])
+        elif tool == "ours-frontier":
+            if redis is None:
+                raise BenchmarkError("the shared frontier needs a Redis server")
+            costs, wall, redis_cpu, frontier_notes = _crawl_shared(
+                site, setup, delay=delay, redis=redis, roots_file=roots_file
+            )
+            notes += frontier_notes
+        else:
+            if tool == "scrapy":
+                command = [setup.peers_python, str(PEERS_SCRIPT), "scrapy"]
+                command += ["--delay", f"{delay:g}", "--concurrency", str(setup.max_tasks)]
+            else:
+                command = [setup.peers_python, str(PEERS_SCRIPT), "crawlee"]
+            stderr = work / "stderr.txt"
+            cost = run_measured(
+                [*command, str(roots_file)], timeout=setup.timeout, cwd=work, stderr=stderr
+            )
+            costs, wall = [cost], cost.wall_s
+            notes += filter(None, [_note(LABELS[tool], cost, stderr)])
+    with log.open() as lines:
+        requests = parse_log(lines)
+    metrics = measure(requests, hosts=site.hosts, pages_per_host=site.pages_per_host, delay=delay)
+    return ToolRun(
+        tool=tool,
+        costs=costs,
+        wall_s=wall,
+        metrics=metrics,
+        nginx_start_s=nginx_start,
+        redis_cpu_s=redis_cpu,
+        notes=notes,
+    )
+
+
+def _crawl_shared(
+    site: BroadSite, setup: Setup, *, delay: float, redis: RedisServer, roots_file: Path
+) -> tuple[list[ChildCost], float, float, list[str]]:
+    """``setup.processes`` crawlers sharing one crawl on Redis: the first creates it from
+    the roots, the others join once it exists. Returns their costs, the wall time from the
+    first start to the last exit, Redis's CPU seconds, and notes."""
+    connection = redis.connection
+    connection.command("FLUSHALL")
+    before = connection.snapshot()
+    work = roots_file.parent
+    costs: list[ChildCost | None] = [None] * setup.processes
+    ended = [0.0] * setup.processes
+    failures: list[BaseException] = []
+
+    def run_one(index: int) -> None:
+        command = our_command(
+            setup,
+            delay=delay,
+            output=work / f"records-{index}.jsonl",
+            roots_file=roots_file if index == 0 else None,
+            roots=site.roots if index == 0 else (),
+            extra=["--frontier", redis.url, "--crawl-id", "broad"],
+        )
+        try:
+            costs[index] = run_measured(
+                command,
+                timeout=setup.timeout,
+                cwd=work,
+                env=setup.env,
+                stdout=work / f"report-{index}.txt",
+                stderr=work / f"stderr-{index}.txt",
+            )
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            ended[index] = time.perf_counter()
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=run_one, args=(0,), name="crawler-0")]
+    threads[0].start()
+    try:
+        deadline = started + _CREATE_TIMEOUT
+        while threads[0].is_alive() and time.perf_counter() < deadline:
+            if connection.command("DBSIZE") > 0:
+                break
+            time.sleep(_CREATE_POLL)
+        for index in range(1, setup.processes):
+            thread = threading.Thread(target=run_one, args=(index,), name=f"crawler-{index}")
+            threads.append(thread)
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)
+    except BaseException:
+        while any(thread.is_alive() for thread in threads):
+            _kill_measured_children()
+            for thread in threads:
+                thread.join(0.2)
+        raise
+    if failures:
+        raise failures[0]
+    redis_cpu = connection.snapshot().cpu_s - before.cpu_s
+    connection.command("FLUSHALL")
+    done = [cost for cost in costs if cost is not None]
+    notes = [
+        note
+        for index, cost in enumerate(done)
+        if (
+            note := _note(
+                f"{LABELS['ours-frontier']} process {index}",
+                cost,
+                work / f"stderr-{index}.txt",
+                work / f"report-{index}.txt",
+            )
+        )
+    ]
+    return done, max(ended) - started, redis_cpu, notes
+
+
+# -- the tables ------------------------------------------------------------------------------
+
+COMPARE_HEADERS = [
+    "tool",
+    "pages fetched / all",
+    "fetched twice",
+    "requests",
+    "wall s",
+    "wall ÷ (PxD)",
+    "gaps < D-10 ms (pages only)",
+    "smallest gap s",
+    "max in flight / host",
+    "connections",
+    "CPU s",
+    "CPU ms/request",
+    "peak RSS MiB",
+]
+
+
+def compare_row(label: str, run: ToolRun, *, pages: int, delay: float) -> list[object]:
+    metrics = run.metrics
+    return [
+        label,
+        f"{metrics.pages_ok}/{metrics.pages}",
+        metrics.fetched_twice,
+        metrics.requests,
+        f"{run.wall_s:.1f}",
+        f"{run.wall_s / (pages * delay):.2f}",
+        f"{metrics.short_gaps} ({metrics.short_page_gaps})",
+        "-" if metrics.min_gap is None else f"{metrics.min_gap:.3f}",
+        metrics.max_in_flight,
+        metrics.connections,
+        f"{run.cpu_s:.1f}",
+        _per_request(run.cpu_s, metrics.requests),
+        f"{run.peak_rss_mib:.0f}",
+    ]
+
+
+def _per_request(cpu_s: float, requests: int) -> str:
+    return f"{1000 * cpu_s / requests:.2f}" if requests else "-"
+
+
+SCALING_HEADERS = [
+    "hosts",
+    "pages fetched / all",
+    "requests",
+    "wall s",
+    "wall ÷ (PxD)",
+    "gaps < D-10 ms",
+    "max in flight / host",
+    "connections",
+    "CPU s",
+    "CPU ms/request",
+    "CPU ms/request less start-up",
+    "peak RSS MiB",
+    "nginx start s",
+]
+
+
+def _json_line(run: ToolRun, site: BroadSite, delay: float, mode: str) -> dict[str, Any]:
+    return {
+        "part": "broad",
+        "mode": mode,
+        "tool": run.tool,
+        "hosts": len(site.hosts),
+        "pages_per_host": site.pages_per_host,
+        "delay": delay,
+        "metrics": dataclasses.asdict(run.metrics),
+        "wall_s": run.wall_s,
+        "cpu_s": run.cpu_s,
+        "costs": [dataclasses.asdict(cost) for cost in run.costs],
+        "redis_cpu_s": run.redis_cpu_s,
+        "notes": run.notes,
+    }
+
+
+def _write_json(path: Path | None, line: dict[str, Any]) -> None:
+    if path is not None:
+        with path.open("a") as out:
+            out.write(json.dumps(line) + "\n")
+
+
+# -- the benchmark ---------------------------------------------------------------------------
+
+
+def _hosts_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers, not {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Crawl many hosts politely with several tools; print a table."
+    )
+    parser.add_argument("--hosts", type=int, default=500)
+    parser.add_argument("--pages", type=int, default=20, help="per host")
+    parser.add_argument("--delay", type=float, default=1.0, help="seconds between requests")
+    parser.add_argument(
+        "--tools",
+        type=parts_argument(TOOLS),
+        default=list(TOOLS),
+        metavar="TOOLS",
+        help=f"comma-separated, from {','.join(TOOLS)} (default: all)",
+    )
+    parser.add_argument("--mode", choices=MODES, default="compare")
+    parser.add_argument("--max-tasks", type=int, default=500, help="ours; Scrapy's concurrency")
+    parser.add_argument("--processes", type=int, default=3, help="sharing --frontier")
+    scaling = parser.add_argument_group("--mode scaling: this crawler alone, in memory")
+    scaling.add_argument(
+        "--scaling-hosts", type=_hosts_list, default=[100, 1000, 5000], metavar="H,H,..."
+    )
+    scaling.add_argument("--scaling-pages", type=int, default=5)
+    scaling.add_argument("--scaling-delay", type=float, default=0.2)
+    scaling.add_argument(
+        "--scaling-max-time",
+        type=float,
+        default=SCALING_MAX_TIME,
+        help="each crawl's --max-time, s (a row cut short shows what the log holds)",
+    )
+    parser.add_argument("--python", default=sys.executable, help="interpreter for our CLI")
+    parser.add_argument("--peers-python", default=str(PEERS_PYTHON), help="Scrapy's, Crawlee's")
+    parser.add_argument(
+        "--snapshot", type=Path, help="PYTHONPATH entry holding trio_crawler (run.py's)"
+    )
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="per crawl, s")
+    parser.add_argument("--json-out", type=Path, help="append each crawl as a JSON line")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="work in DIR and keep it (each tool's access log, stderr and records)",
+    )
+    return parser
+
+
+def _check(args: argparse.Namespace) -> None:
+    hosts = [args.hosts, *args.scaling_hosts]
+    if min(hosts) < 1 or args.pages < 1 or args.scaling_pages < 1:
+        raise BenchmarkError("--hosts, --pages and their --scaling- forms must be >= 1")
+    if args.delay <= 0 or args.scaling_delay <= 0:
+        raise BenchmarkError("--delay and --scaling-delay must be > 0")
+    if args.max_tasks < 1 or args.processes < 1:
+        raise BenchmarkError("--max-tasks and --processes must be >= 1")
+
+
+def run(args: argparse.Namespace) -> tuple[str, bool]:
+    """Run the chosen mode; return the markdown and True whatever the numbers."""
+    _check(args)
+    sections = []
+    with contextlib.ExitStack() as stack:
+        if args.keep is not None:
+            work = args.keep.resolve()
+            work.mkdir(parents=True, exist_ok=True)
+            for stale in ("scratch", "snapshot"):
+                shutil.rmtree(work / stale, ignore_errors=True)
+        else:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-broad-")))
+        package_path = args.snapshot or snapshot_package(work / "snapshot")
+        env = snapshot_environment(package_path)
+        scratch = work / "scratch"
+        scratch.mkdir()
+        our = probe_our_python("", args.python, package_path=package_path, env=env, cwd=scratch)
+        help_text = subprocess.run(
+            [args.python, "-m", "trio_crawler", "--help"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=scratch,
+            check=True,
+        ).stdout
+        setup = Setup(
+            python=args.python,
+            peers_python=args.peers_python,
+            env=env,
+            input_file="--input-file" in help_text,
+            max_tasks=args.max_tasks,
+            processes=args.processes,
+            timeout=args.timeout,
+            work=work / "runs",
+        )
+        identity = f"Code under test: {package_identity(package_path)}; {our.versions}."
+        if args.mode in ("compare", "both"):
+            sections.append(compare(args, setup, work))
+        if args.mode in ("scaling", "both"):
+            sections.append(scaling(args, setup, work))
+    return "\n\n".join([*sections, identity]), True
+
+
+def _new_site(work: Path, hosts: int, pages: int) -> BroadSite:
+    directory = work / "site"
+    shutil.rmtree(directory, ignore_errors=True)
+    print(f"bench_broad: writing {hosts} hosts x {pages} pages ...", file=sys.stderr, flush=True)
+    return generate(directory, hosts=hosts, pages=pages, port=choose_port(hosts))
+
+
+def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
+    site = _new_site(work, args.hosts, args.pages)
+    rows: list[list[object]] = []
+    notes: list[str] = []
+    tools = list(args.tools)
+    if any(tool in tools for tool in ("scrapy", "crawlee")) and not os.access(
+        setup.peers_python, os.X_OK
+    ):
+        notes.append(f"Scrapy and Crawlee: not run, no {setup.peers_python} (run setup.sh).")
+        tools = [tool for tool in tools if tool not in ("scrapy", "crawlee")]
+    with contextlib.ExitStack() as stack:
+        redis = stack.enter_context(serve_redis()) if "ours-frontier" in tools else None
+        for tool in tools:
+            print(f"bench_broad: {LABELS[tool]} ...", file=sys.stderr, flush=True)
+            result = crawl(tool, site, setup, delay=args.delay, redis=redis)
+            label = LABELS[tool]
+            if tool == "ours-frontier":
+                label += f", {len(result.costs)} processes"
+                notes.append(
+                    f"{label}: Redis's own CPU {result.redis_cpu_s:.1f} s "
+                    f"({_per_request(result.redis_cpu_s or 0.0, result.metrics.requests)} "
+                    "ms/request), not in the row."
+                )
+            rows.append(compare_row(label, result, pages=args.pages, delay=args.delay))
+            notes += result.notes
+            _write_json(args.json_out, _json_line(result, site, args.delay, "compare"))
+    roots = "`-i FILE`" if setup.input_file else "the roots as arguments (no `--input-file`)"
+    lines = [
+        "### Broad crawl",
+        "",
+        f"{args.hosts} hosts (127.0.x.y, one nginx) x {args.pages} pages "
+        f"({site.total_bytes / 2**20:.1f} MiB), delay D = {args.delay:g} s, one request at "
+        f"a time per host; PxD = {args.pages * args.delay:g} s. trio-crawler: `--delay "
+        f"{args.delay:g} --max-per-host 1 --max-tasks {args.max_tasks}`, {roots}. Scrapy: "
+        f"its broad-crawl settings, CONCURRENT_REQUESTS {args.max_tasks}, DOWNLOAD_DELAY "
+        f"{args.delay:g} (randomized 0.5-1.5x, its default), CONCURRENT_REQUESTS_PER_DOMAIN "
+        "1, ROBOTSTXT_OBEY. Crawlee: its defaults (no per-host delay, robots.txt not read, "
+        "same-host links only).",
+        "",
+        markdown_table(COMPARE_HEADERS, rows),
+    ]
+    if notes:
+        lines += ["", *(f"- {note}" for note in notes)]
+    return "\n".join(lines)
+
+
+def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
+    startup = _startup_cpu(setup, work)
+    rows: list[list[object]] = []
+    notes: list[str] = []
+    pages, delay = args.scaling_pages, args.scaling_delay
+    for hosts in args.scaling_hosts:
+        site = _new_site(work, hosts, pages)
+        print(f"bench_broad: scaling, {hosts} hosts ...", file=sys.stderr, flush=True)
+        limited = dataclasses.replace(
+            setup, max_time=args.scaling_max_time, timeout=args.scaling_max_time + 120
+        )
+        result = crawl("ours", site, limited, delay=delay)
+        metrics = result.metrics
+        rows.append(
+            [
+                hosts,
+                f"{metrics.pages_ok}/{metrics.pages}",
+                metrics.requests,
+                f"{result.wall_s:.1f}",
+                f"{result.wall_s / (pages * delay):.2f}",
+                f"{metrics.short_gaps} ({metrics.short_page_gaps})",
+                metrics.max_in_flight,
+                metrics.connections,
+                f"{result.cpu_s:.1f}",
+                _per_request(result.cpu_s, metrics.requests),
+                _per_request(result.cpu_s - startup, metrics.requests),
+                f"{result.peak_rss_mib:.0f}",
+                f"{result.nginx_start_s:.2f}",
+            ]
+        )
+        notes += [f"{hosts} hosts: {note}" for note in result.notes]
+        _write_json(args.json_out, _json_line(result, site, delay, "scaling"))
+    shutil.rmtree(work / "site", ignore_errors=True)
+    lines = [
+        "### Broad crawl: CPU per request against the number of hosts (trio-crawler, in memory)",
+        "",
+        f"Each host {pages} pages, delay {delay:g} s (PxD = {pages * delay:g} s), `--delay "
+        f"{delay:g} --max-per-host 1 --max-tasks {args.max_tasks} --max-time "
+        f"{args.scaling_max_time:g}`. Requests include one "
+        f"robots.txt per host. Start-up (`python -m trio_crawler --version`): {startup:.2f} "
+        "CPU s, taken out in the second CPU column. nginx start: seconds until it listened "
+        "on every address.",
+        "",
+        markdown_table(SCALING_HEADERS, rows),
+    ]
+    if notes:
+        lines += ["", *(f"- {note}" for note in notes)]
+    return "\n".join(lines)
+
+
+def _startup_cpu(setup: Setup, work: Path) -> float:
+    """CPU seconds of ``python -m trio_crawler --version``: the least of three."""
+    costs = [
+        run_measured(
+            [setup.python, "-m", "trio_crawler", "--version"],
+            timeout=120,
+            cwd=work / "scratch",
+            env=setup.env,
+        ).cpu_s
+        for _ in range(3)
+    ]
+    return min(costs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        markdown, _ = run(args)
+    except (BenchmarkError, NginxError) as exc:
+        raise SystemExit(f"bench_broad: {exc}") from None
+    print(markdown)
+
+
+if __name__ == "__main__":
+    run_main(main, "bench_broad")

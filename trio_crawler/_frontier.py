@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ._events import FetchRequest
-from ._stats import FetchStatistic
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
     from ._events import RobotsRequest
     from ._output import ArchiveOutput, RecordOutput
     from ._robots import RobotsRules
-    from ._stats import Stamp
+    from ._stats import FetchStatistic, Stamp
 
 __all__ = [
     "GROUP_SIZE",
@@ -172,8 +171,9 @@ class Completion:
         request: The request that finished; None for links alone (the roots, the sitemaps
             robots.txt names).
         leased: Whether it was in flight (False for a URL settled unfetched).
-        record: Its record, with ``num_new_urls`` still 0; None for a request that gets no
-            record.
+        record: Its record, made for this completion alone, with ``num_new_urls`` still 0
+            and none of where and when (:meth:`final_record` completes it); None for a
+            request that gets no record.
         offers: The links it offers.
         counts_new: Whether the record's ``num_new_urls`` counts the new links.
         links: A page's links, kept by a durable store so a recrawl can follow them when
@@ -199,28 +199,26 @@ class Completion:
 
     def final_record(self, settled: Settled) -> FetchStatistic | None:
         """The record, completed: the count of new links the store answered, where the
-        request was found (its depth and referrer) and when it was fetched."""
+        request was found (its depth and referrer) and when it was fetched.
+
+        Completed in place, once the answer is in: the core made the record for this
+        completion alone, and nothing else holds it until this returns (a durable store
+        may ask twice, for the same answer, and gets the same values). Setting five fields
+        of it costs a fifth of making the record again, which took 1.5 % of a crawl's
+        instructions per page (measured with callgrind, 1000 pages of nginx).
+        """
         record, request, stamp = self.record, self.request, self.stamp
         if record is None or request is None:
             return record
-        # Made whole here, field by field: once per record, and a third cheaper than
-        # dataclasses.replace, which looks the fields up again each time.
-        return FetchStatistic(
-            url=record.url,
-            next_url=record.next_url,
-            status=record.status,
-            exception=record.exception,
-            size=record.size,
-            content_type=record.content_type,
-            encoding=record.encoding,
-            num_urls=record.num_urls,
-            num_new_urls=settled.new if self.counts_new and settled.new else record.num_new_urls,
-            depth=request.depth,
-            referrer=request.referrer,
-            fetched_at=None if stamp is None else stamp.fetched_at,
-            elapsed=None if stamp is None else stamp.elapsed,
-            handler_error=record.handler_error,
-        )
+        complete = object.__setattr__  # the record is frozen for all who get it after this
+        if self.counts_new and settled.new:
+            complete(record, "num_new_urls", settled.new)
+        complete(record, "depth", request.depth)
+        complete(record, "referrer", request.referrer)
+        if stamp is not None:
+            complete(record, "fetched_at", stamp.fetched_at)
+            complete(record, "elapsed", stamp.elapsed)
+        return record
 
 
 @dataclass(frozen=True, slots=True)

@@ -294,12 +294,13 @@ class Scope:
     of a link does not grow with the number of roots.
 
     Args:
-        roots: The crawl's roots, as given (or ``normalized``: as :func:`normalize_root`
-            returns them, so they are not normalised again).
+        roots: The crawl's roots, as given.
         strict: Strict host matching, else lenient.
         exclude: A URL this matches (``re.search``) is out of scope.
         include: A page must match one of these, when there are any.
         no_parent: A page must be at or below a root's directory on the root's host.
+        normalized: The roots are as :func:`normalize_root` returns them already (a
+            ``CrawlConfig``'s): they are not normalised again.
     """
 
     def __init__(

@@ -1,0 +1,100 @@
+"""A broad crawl on every engine and store: many hosts, each kept to its delay as its own
+server sees it, every page fetched once.
+
+Each host is a test server on its own loopback address (127.0.0.2, 127.0.0.3, ...: Linux
+routes all of 127/8 to ``lo``), which notes the time each request reaches it. The crawl
+runs with ``--max-per-host 1``, where the delay runs from each answer's end
+(docs/manners.md), so no two requests reach one server closer than the delay, whatever
+the client's or the server's scheduling: that is what is checked, on the server's clock.
+On the Trio engines the crawl runs on the virtual clock; on the others, a tenth of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from redis_server import RedisServer, running_redis
+
+from conftest import Engine
+from httpserver import Reply, Request, open_test_server
+from support import crawl, page
+
+pytestmark = pytest.mark.anyio
+
+HOSTS = 10
+PAGES = 4  # a host's pages link in a chain, the last one to the next host's root
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+async def crawl_hosts(engine: Engine, **options: Any) -> tuple[Any, dict[str, list[float]], float]:
+    """Crawl HOSTS servers of PAGES pages from their roots; the crawler, each server's
+    arrival times by target, and the delay used."""
+    delay = engine.seconds(1.0)
+    arrivals: dict[str, list[float]] = defaultdict(list)
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [
+            await stack.enter_async_context(open_test_server(host=f"127.0.0.{index + 2}"))
+            for index in range(HOSTS)
+        ]
+        for index, server in enumerate(servers):
+            after = servers[(index + 1) % HOSTS].url()
+
+            async def handle(
+                request: Request, host: str = server.url(), next_root: str = after
+            ) -> Reply:
+                if request.target in ("/robots.txt", "/p1"):
+                    # As if these requests reached the server late (a new connection in a
+                    # crawl's first burst, say): timed from their start, the next request
+                    # would reach the server half a delay after them.
+                    await anyio.sleep(delay / 2)
+                arrivals[host].append(anyio.current_time())
+                if request.target == "/robots.txt":
+                    return Reply(status=404, body=b"")
+                number = 0 if request.target == "/" else int(request.target.removeprefix("/p"))
+                if number + 1 < PAGES:
+                    return page(f"/p{number + 1}")
+                return page(next_root)
+
+            server.fallback(handle)
+        roots = [server.url() for server in servers]
+        crawler = await crawl(
+            engine, roots, delay=delay, max_per_host=1, max_tasks=4, hang_limit=300, **options
+        )
+    return crawler, arrivals, delay
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "redis"])
+async def test_every_host_keeps_its_delay_as_its_server_sees_it(
+    engine: Engine, store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    options: dict[str, Any] = {}
+    if store == "sqlite":
+        options["state"] = str(tmp_path / "crawl.db")
+    elif store == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        options.update(frontier=server.url(), crawl_id=f"broad-{engine.name}")
+    crawler, arrivals, delay = await crawl_hosts(engine, **options)
+    urls = [record.url for record in crawler.done]
+    assert len(urls) == len(set(urls)) == HOSTS * PAGES
+    assert all(record.status == 200 for record in crawler.done)
+    assert len(arrivals) == HOSTS
+    for host, times in arrivals.items():
+        assert len(times) == PAGES + 1, (host, times)  # its robots.txt and its pages
+        gaps = [later - earlier for earlier, later in pairwise(times)]
+        assert min(gaps) >= delay - 1e-6, (host, gaps)
+    # Fewer workers (4) than hosts (10): every host still got its turn, and the crawl
+    # took about what the delay allows, not a host after another.
+    if engine.virtual_time:
+        assert crawler.elapsed < 2 * PAGES * delay + HOSTS * delay

@@ -79,7 +79,13 @@ TESTS = REPOSITORY / "tests"
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from pushback_server import Metrics, PushbackOptions, ServedRun, read_run  # noqa: E402
+from pushback_server import (  # noqa: E402
+    Metrics,
+    PushbackOptions,
+    ServedRun,
+    options_from,
+    read_run,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -96,7 +102,8 @@ LABELS = {
     "scrapy-autothrottle": "Scrapy, AutoThrottle",
     "crawlee": "Crawlee, ParselCrawler",
 }
-# The crawler's targets (CONTRACT.md, "Manners that adapt"; the numbers).
+# The crawler's targets (benchmarks/README.md, the part pushback): pushback at most 15 % of
+# requests, none inside a Retry-After window, and a wall time at most 1.5 times the bound.
 MAX_PUSHBACK_SHARE = 0.15
 MAX_WALL_OVER_BOUND = 1.5
 # Seconds a crawl may take before it is killed: far past any crawl that keeps going
@@ -344,18 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="per crawl, s")
     parser.add_argument("--json-out", type=Path, help="append each crawl as a JSON line")
     return parser
-
-
-def options_from(args: argparse.Namespace) -> PushbackOptions:
-    return PushbackOptions(
-        hosts=args.hosts,
-        pages=args.pages,
-        rate=args.rate,
-        burst=args.burst,
-        cap=args.cap,
-        base_latency=args.base_latency,
-        latency_per_request=args.latency_per_request,
-    )
 
 
 def has_option(python: str, env: Mapping[str, str], option: str) -> bool:

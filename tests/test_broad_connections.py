@@ -148,23 +148,36 @@ def test_an_lru_of_capacity_zero_keeps_nothing_and_none_keeps_everything() -> No
 # The cap, on its own and through the transport.
 
 
-def test_idle_connections_evict_across_transports_and_keep_their_dicts_true() -> None:
-    idle: IdleConnections[str] = IdleConnections(2)
-    first: dict[str, str] = {}
-    second: dict[str, str] = {}
-    assert idle.keep(first, "a", "conn-a") == []
-    assert idle.keep(second, "b", "conn-b") == []
-    assert idle.take(first, "a") == "conn-a"  # in use: no longer counted
-    assert len(idle) == 1
-    assert idle.keep(first, "a", "conn-a") == []
-    assert idle.keep(first, "c", "conn-c") == ["conn-b"]  # another transport's, the oldest
-    assert second == {}
-    assert first == {"a": "conn-a", "c": "conn-c"}
+def test_idle_connections_are_one_pool_by_origin_across_transports() -> None:
+    idle: IdleConnections[str] = IdleConnections(3)
+    first, second = object(), object()  # two transports
+    assert idle.keep(first, "a", "a1") == []
+    assert idle.keep(second, "a", "a2") == []
+    assert idle.keep(second, "b", "b1") == []
+    # Any transport takes an origin's connection, the most recently kept first.
+    assert idle.take("a") == "a2"
+    assert idle.take("a") == "a1"
+    assert idle.take("a") is None
+    assert (len(idle), idle.reused) == (1, 2)
+    # In use, a connection is not counted; kept again, it is the most recently used.
+    assert idle.keep(first, "a", "a2") == []
+    assert idle.keep(first, "c", "c1") == []
+    assert idle.keep(second, "d", "d1") == ["b1"]  # the oldest, whatever its origin
+    assert idle.take("b") is None
     assert idle.closed == 1
-    assert idle.take(second, "b") is None
-    assert sorted(idle.drop(first)) == ["conn-a", "conn-c"]
-    assert first == {}
+    # A transport that closes takes out what it kept, and nothing else.
+    assert sorted(idle.drop(first)) == ["a2", "c1"]
+    assert (idle.take("a"), idle.take("c")) == (None, None)
+    assert idle.drop(first) == []
+    assert idle.take("d") == "d1"
     assert len(idle) == 0
+    assert (idle._by_origin, idle._by_owner) == ({}, {})  # nothing left per host
+
+
+def test_a_cap_of_zero_keeps_nothing() -> None:
+    idle: IdleConnections[str] = IdleConnections(0)
+    assert idle.keep(object(), "a", "a1") == ["a1"]
+    assert (idle.take("a"), len(idle), idle.closed) == (None, 0, 1)
 
 
 def test_the_default_cap_leaves_room_for_requests_and_everything_else() -> None:
@@ -199,13 +212,41 @@ async def test_the_crawls_least_recently_used_idle_connection_is_closed_first() 
         with anyio.fail_after(HANG_LIMIT):
             for client, server in [(first, one), (first, two), (second, three)]:
                 assert isinstance(await fetch(client, server.url()), Response)
-            # Three idle connections, two allowed: the first client's to `one` went.
+            # Three idle connections, two allowed: the one to `one`, the oldest, went.
             assert (shared.statistics().idle, shared.statistics().idle_closed) == (2, 1)
             assert isinstance(await fetch(first, two.url()), Response)  # still kept
             assert isinstance(await fetch(first, one.url()), Response)  # a new one
-            # Keeping that one evicted the second client's, now the least recently used.
+            # Keeping that one evicted the one to `three`, now the least recently used.
             assert isinstance(await fetch(second, three.url()), Response)
     assert (one.connections, two.connections, three.connections) == (2, 1, 2)
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_a_worker_takes_the_connection_another_worker_left() -> None:
+    """On a broad crawl consecutive requests to a host come from different workers: each
+    finds the connection the last one left, so the server sees one connection, not one per
+    worker; two requests at once need two, and both are kept for the next."""
+    shared = CrawlConnections(idle_limit=None)
+    async with (
+        open_test_server({"/": Reply.html("ok")}, host="127.0.0.2") as server,
+        lean_client(shared) as first,
+        lean_client(shared) as second,
+        lean_client(shared) as third,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            for client in (first, second, third, first, third):
+                assert isinstance(await fetch(client, server.url()), Response)
+            assert (server.connections, shared.statistics().idle) == (1, 1)
+            async with (
+                first.stream("GET", server.url()) as one,
+                second.stream("GET", server.url()) as two,
+            ):
+                assert (await one.aread(), await two.aread()) == (b"ok", b"ok")
+            assert (server.connections, shared.statistics().idle) == (2, 2)
+            for client in (third, third, second):
+                assert isinstance(await fetch(client, server.url()), Response)
+    assert server.connections == 2
 
 
 @pytest.mark.anyio

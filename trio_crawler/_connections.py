@@ -3,21 +3,29 @@
 Theory of operation
 -------------------
 The crawler's transport (:mod:`trio_crawler._transport`) gives each worker a client of its
-own, and each keeps one idle keep-alive connection per origin it has visited. On one site
-that is one connection per worker. On many, nearly every connection is idle: a hundred
-workers that have each visited a few hundred hosts hold tens of thousands of sockets, and
-long before that the process runs out of file descriptors (``EMFILE``, "Too many open
-files", at 1024 by default on Linux), after which every new connection fails, and so
-does opening anything else.
+own, and keeps a connection to an origin open after its response (keep-alive) for the next
+request to that origin. Where it keeps it decides two things.
 
-:class:`IdleConnections` holds every idle connection of a crawl's transports in one
-:class:`~trio_crawler._lru.LRU`, with a cap (:func:`default_idle_limit`). A transport hands
-it a connection to keep idle (:meth:`~IdleConnections.keep`) and takes one back out before
+Reuse. A worker makes one request at a time, and on a broad crawl consecutive requests to
+one host are made by different workers (each took whichever host was ready next). Idle
+connections kept per worker would be found again only by the worker that kept them: a
+crawl of 500 hosts by 500 workers opened a connection for 8 of every 10 requests. So the
+idle connections of all a crawl's transports are one pool, by origin (scheme, host, port,
+TLS settings): a request takes the origin's most recently kept one, whoever kept it.
+
+Bounds. On many hosts nearly every connection is idle, and long before tens of thousands
+of them the process runs out of file descriptors (``EMFILE``, "Too many open files", at
+1024 by default on Linux), after which every new connection fails, and so does opening
+anything else.
+
+:class:`IdleConnections` is that pool, with every idle connection also in one
+:class:`~trio_crawler._lru.LRU` under a cap (:func:`default_idle_limit`). A transport hands
+it a connection to keep idle (:meth:`~IdleConnections.keep`) and takes one out before
 using it (:meth:`~IdleConnections.take`); when keeping one more would pass the cap, the
-least recently used idle connection, whichever transport it belongs to, is taken out of
-that transport and handed back to be closed. A connection in use is never in the LRU: a
-request owns it from ``take`` until its response is read to the end, so it is neither
-counted as idle nor ever closed by the cap.
+least recently used idle connection, whatever its origin, is taken out and handed back to
+be closed. A connection in use is never in the pool: a request owns it from ``take`` until
+its response is read to the end, so it is neither counted as idle nor ever closed by the
+cap. A transport that closes (its worker is done) closes the idle connections it kept.
 
 This needs no lock: keeping, taking and evicting are plain dictionary operations on one
 event loop, with no await between reading and changing. Closing an evicted connection is
@@ -55,7 +63,7 @@ from ._lru import LRU
 from ._options import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Mapping, MutableMapping, Sequence
+    from collections.abc import Hashable, Mapping, Sequence
 
 
 try:
@@ -128,12 +136,15 @@ def idle_limit_from_environment(environ: Mapping[str, str] = os.environ) -> int 
 
 
 class IdleConnections(Generic[C]):
-    """A crawl's idle keep-alive connections, across all its transports, capped.
+    """A crawl's idle keep-alive connections, one pool for all its transports, capped.
 
-    Each transport keeps its idle connections in a dictionary of its own, by origin; this
-    object changes those dictionaries only through :meth:`keep`, :meth:`take` and
-    :meth:`drop`, and so keeps the invariant that a connection is in its transport's
-    dictionary exactly when it is counted here. See the module docstring.
+    An idle connection is kept under its origin's key, whichever transport made it or used
+    it last, so that the next request to that origin takes it, from any worker: on one site
+    a worker takes the connection another worker just finished with, and on many hosts,
+    where consecutive requests to one host are made by different workers, the host's
+    connection is reused instead of a new one being opened per request. Each connection
+    also remembers the transport that kept it, which closes it when that transport closes
+    (:meth:`drop`). See the module docstring.
 
     Args:
         limit: The most idle connections at once; 0 keeps none, None any number.
@@ -141,43 +152,70 @@ class IdleConnections(Generic[C]):
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
-        # Each idle connection, least recently kept first, with where its transport has it.
-        self._lru: LRU[C, tuple[MutableMapping[Any, C], Hashable]] = LRU(limit)
+        # Each idle connection, least recently kept first, with its origin's key and owner.
+        self._lru: LRU[C, tuple[Hashable, Hashable]] = LRU(limit)
+        # The idle connections by origin, most recently kept last; an origin with none has
+        # no entry, so that a crawl of many hosts does not keep a dictionary per host.
+        self._by_origin: dict[Hashable, dict[C, None]] = {}
+        # The idle connections by the transport that kept them.
+        self._by_owner: dict[Hashable, dict[C, None]] = {}
         self.closed = 0  # idle connections the cap has evicted
+        self.reused = 0  # requests that took an idle connection
 
     def __len__(self) -> int:
         return len(self._lru)
 
-    def keep(self, idle: MutableMapping[Any, C], key: Hashable, connection: C) -> list[C]:
-        """Put ``connection``, now idle, in ``idle[key]`` (``key`` must be free there).
+    def keep(self, owner: Hashable, key: Hashable, connection: C) -> list[C]:
+        """Keep ``connection``, now idle, for the next request to the origin ``key``.
 
         Returns:
             The connections evicted to stay within the cap, least recently used first,
-            already out of their transports' dictionaries: the caller closes them. With a
-            cap of 0, that is ``connection`` itself.
+            already out of the pool: the caller closes them. With a cap of 0, that is
+            ``connection`` itself.
         """
-        idle[key] = connection
-        evicted = self._lru.put(connection, (idle, key))
-        for _, (owner, owner_key) in evicted:
-            del owner[owner_key]
+        self._by_origin.setdefault(key, {})[connection] = None
+        self._by_owner.setdefault(owner, {})[connection] = None
+        evicted = self._lru.put(connection, (key, owner))
+        for old, (old_key, old_owner) in evicted:
+            self._forget(old, old_key, old_owner)
         self.closed += len(evicted)
         return [old for old, _ in evicted]
 
-    def take(self, idle: MutableMapping[Any, C], key: Hashable) -> C | None:
-        """Take the idle connection at ``idle[key]`` out, for a request to use; or None."""
-        connection = idle.pop(key, None)
-        if connection is not None:
-            self._lru.pop(connection)
+    def take(self, key: Hashable) -> C | None:
+        """Take the origin's most recently kept idle connection out, for a request to use;
+        or None."""
+        pool = self._by_origin.get(key)
+        if not pool:
+            return None
+        connection = next(reversed(pool))
+        entry = self._lru.pop(connection)
+        assert entry is not None, "an idle connection is in the pool and in the LRU"
+        self._forget(connection, *entry)
+        self.reused += 1
         return connection
 
-    def drop(self, idle: MutableMapping[Any, C]) -> list[C]:
-        """Take every connection of ``idle`` out (its transport is closing): the caller
-        closes them."""
-        connections = list(idle.values())
-        idle.clear()
+    def drop(self, owner: Hashable) -> list[C]:
+        """Take out every idle connection ``owner`` kept (that transport is closing): the
+        caller closes them."""
+        connections = list(self._by_owner.pop(owner, ()))
         for connection in connections:
-            self._lru.pop(connection)
+            entry = self._lru.pop(connection)
+            if entry is not None:
+                self._forget_origin(connection, entry[0])
         return connections
+
+    def _forget(self, connection: C, key: Hashable, owner: Hashable) -> None:
+        self._forget_origin(connection, key)
+        owned = self._by_owner[owner]
+        del owned[connection]
+        if not owned:
+            del self._by_owner[owner]
+
+    def _forget_origin(self, connection: C, key: Hashable) -> None:
+        pool = self._by_origin[key]
+        del pool[connection]
+        if not pool:
+            del self._by_origin[key]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""The crawler's own HTTP/1.1 transport: one keep-alive connection per origin, no pool.
+"""The crawler's own HTTP/1.1 transport: one request at a time, keep-alive, no locks.
 
 Theory of operation
 -------------------
@@ -6,18 +6,20 @@ A crawler's worker makes one request at a time, and the crawler gives each worke
 client of its own. httpx's default transport (httpcore) is built for the general case: a
 pool that many tasks share, with locks, waiting lists, an HTTP/2 path and the bookkeeping
 that goes with them. For one task with one request at a time all of that is cost without
-use. This transport keeps, per client, at most one idle connection per origin (scheme,
-host, port), takes it out while a request uses it, and puts it back only when the
-response was read to its end and h11 says the connection can carry another; in every
-other case the connection is closed. So there is nothing to strand: a connection is
-either idle in the transport, or owned by the one request using it.
+use. This transport takes an idle connection to the origin (scheme, host, port) if there is
+one, else opens one; the request owns it until the response was read to its end, and then
+it is kept idle only if h11 says the connection can carry another; in every other case
+it is closed. So there is nothing to strand: a connection is either idle, or owned by the
+one request using it.
 
 What the transports of one crawl share is a :class:`~trio_crawler._connections.CrawlConnections`:
-a cap on their idle connections all together (the least recently used one is closed when
-keeping another would pass it, so that a crawl of thousands of hosts stays within the
-process's file limit), and a cache of host-name lookups, so that a host is resolved once
-per crawl rather than once per connection. The transport connects to the addresses the
-cache gives, and speaks TLS to the host name. A transport made on its own has one of its own.
+the idle connections, one pool by origin, so that a worker reuses the connection another
+worker left (on a broad crawl consecutive requests to a host come from different
+workers), under a cap (the least recently used one is closed when keeping another would
+pass it, so that a crawl of thousands of hosts stays within the process's file limit);
+and a cache of host-name lookups, so that a host is resolved once per crawl rather than
+once per connection. The transport connects to the addresses the cache gives, and speaks
+TLS to the host name. A transport made on its own has one of its own.
 
 The protocol is h11's (httpx's own HTTP/1.1 parser underneath httpcore): this module only
 moves bytes between h11 and an AnyIO byte stream, which runs on Trio and on asyncio alike.
@@ -169,15 +171,9 @@ def lean_transport_class(
             self._shared = (
                 connections if connections is not None else CrawlConnections.from_environment()
             )
-            # This transport's idle connections by origin, changed only through
-            # self._shared.idle, which counts them against the crawl's cap.
-            self._idle: dict[tuple[Any, ...], _Connection] = {}
 
         async def _keep(self, key: tuple[Any, ...], connection: _Connection) -> None:
-            if key in self._idle:  # one idle connection per origin is enough
-                await _close(connection)
-                return
-            for evicted in self._shared.idle.keep(self._idle, key, connection):
+            for evicted in self._shared.idle.keep(self, key, connection):
                 await _close(evicted)  # the crawl's least recently used idle connection
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -189,11 +185,11 @@ def lean_transport_class(
                 )
             host = url.raw_host.decode("ascii")
             port = url.port or DEFAULT_PORTS[scheme]
-            key = (scheme, host, port)
+            key = (scheme, host, port, self._ssl_context)
             target = url.raw_path
             headers = list(request.headers.raw)
             body = request.read() if request.method not in ("GET", "HEAD") else b""
-            connection = self._shared.idle.take(self._idle, key)
+            connection = self._shared.idle.take(key)
             if connection is not None and not _alive(connection):
                 await _close(connection)  # the server let it go while it was idle
                 connection = None
@@ -279,7 +275,7 @@ def lean_transport_class(
             return response
 
         async def aclose(self) -> None:
-            for connection in self._shared.idle.drop(self._idle):
+            for connection in self._shared.idle.drop(self):
                 await _close(connection)
 
     return LeanTransport

@@ -1244,6 +1244,8 @@ def test_attempt_finished_says_which_of_its_outcomes_happened() -> None:
     retry = FetchRequest(url=ROOT, redirects_left=root.redirects_left, attempt=2)
     assert state.attempt_finished(root, REFUSED, now=1.0) == Requeued(retry)
     assert state.statistics() == stats(queued=2, in_flight=0, done=0, seen=2)
+    # The other host has waited since 1.0, longer than the retry: it goes first.
+    assert take(state, now=2.0).url == "http://slow.example.com/"
     again = take(state, now=2.0)
     assert again == retry
     result = state.attempt_finished(again, html(), now=2.0)

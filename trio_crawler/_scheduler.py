@@ -22,10 +22,12 @@ host must not hold back URLs of another. Each origin has a FIFO of *batches*: th
 of one page share their depth, redirect budget and referrer (that page), so a batch stores
 them as a list of plain strings and a request object is made only when a URL is handed out
 (a million queued URLs cost a list slot each, not an object each). A heap of ready
-origins, keyed by the sequence number of each one's oldest batch, hands URLs out in the
-order they were found, as the chapter's FIFO queue did, whenever no host limit is in the
-way; a second heap holds the origins waiting out their delay, keyed by when they may start
-again. The data of one origin (its batches, robots.txt state and clock) is
+origins, keyed by when each could first go and then by the sequence number of its oldest
+batch, hands URLs out in the order they were found, as the chapter's FIFO queue did,
+whenever no delay is in the way, and with delays hands each origin out in its turn, first
+the one that has waited longest (:meth:`OriginScheduler._make_ready` says why); a second
+heap holds the origins waiting out their delay, keyed by when they may start again. The
+data of one origin (its batches, robots.txt state and clock) is
 :mod:`trio_crawler._origins`'s; the decisions over it are here.
 
 robots.txt, per origin, is a small state machine (:class:`RobotsState`)::
@@ -82,7 +84,8 @@ class OriginScheduler:
         self._obey_robots = obey_robots
         self._max_per_host = max_per_host
         self._origins: dict[str, Origin] = {}
-        self._ready: list[tuple[int, str]] = []  # heap of (head sequence, origin key)
+        # Heap of (when it could first go, head sequence, origin key): see _make_ready.
+        self._ready: list[tuple[float, int, str]] = []
         self._sleeping: list[tuple[float, str]] = []  # heap of (next start, origin key)
         self._sequence = 0
         self._queued = 0
@@ -132,9 +135,7 @@ class OriginScheduler:
         A URL whose origin's rules are known and forbid it is not queued (and logged); one
         whose origin's robots.txt is not known yet is queued and checked when it is taken.
         ``sitemap`` marks them as sitemaps of that level; ``first`` puts them ahead of
-        everything their origin has queued (sitemaps go right after robots.txt);
-        ``referrer`` is the URL that offers them.
-        """
+        their origin's queue (sitemaps, after robots.txt); ``referrer`` offers them."""
         by_origin: dict[str, list[str]] = {}
         disallowed = 0
         for url in urls:
@@ -277,7 +278,7 @@ class OriginScheduler:
             origin.sleeping = False
             self._make_ready(origin)
         while self._ready:
-            _, key = heapq.heappop(self._ready)
+            _, _, key = heapq.heappop(self._ready)
             origin = self._origins[key]
             origin.ready = False
             if not self._can_start(origin):
@@ -311,12 +312,8 @@ class OriginScheduler:
     # -- what happens to a request handed out ---------------------------------------------
 
     def started(self, request: FetchRequest, *, now: float) -> None:
-        """An attempt for ``request`` starts now: its origin's delay runs from here.
-
-        :meth:`take` already starts the delay when it hands a request out, but a request
-        can wait for an idle worker after that; timing the delay from the real start keeps
-        requests to one origin ``delay`` apart however long they waited.
-        """
+        """An attempt for ``request`` starts now: its origin's delay runs from here, not
+        from :meth:`take`, since a request handed out can wait for an idle worker."""
         origin = self._origin(request)
         if origin.pace is not None:
             origin.pace.started(now)
@@ -347,10 +344,8 @@ class OriginScheduler:
         return False
 
     def retry_later(self, request: FetchRequest, *, not_before: float) -> None:
-        """Put a request in flight back, first in line; its whole origin waits until then.
-
-        For ``Retry-After``: the header speaks for the server, not for one URL.
-        """
+        """Put a request in flight back, first in line; its whole origin waits until then
+        (``Retry-After`` speaks for the server, not for one URL)."""
         origin = self._origin(request)
         self._started_now(origin, request)
         origin.next_start = max(origin.next_start, not_before)
@@ -585,10 +580,14 @@ class OriginScheduler:
                 self._make_ready(origin)
 
     def _make_ready(self, origin: Origin) -> None:
+        """Line ``origin`` up by when it could first go, then by when its head was found:
+        without delays that is the order URLs were found (the chapter's FIFO); with them,
+        when workers and not delays are the limit, each host in its turn, where discovery
+        order would serve the hosts found first again and again before the last ones."""
         if origin.ready or origin.sleeping or not origin.queued:
             return
         origin.ready = True
-        heapq.heappush(self._ready, (origin.head_sequence(), origin.key))
+        heapq.heappush(self._ready, (origin.next_start, origin.head_sequence(), origin.key))
 
     def _can_start(self, origin: Origin) -> bool:
         if origin.robots is RobotsState.FETCHING or origin.unstarted:

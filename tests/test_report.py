@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trio_crawler import FetchStatistic
 from trio_crawler._report import format_report
@@ -111,6 +113,36 @@ def test_record_json_has_exactly_the_contract_keys_in_order() -> None:
         "handler_error": None,
     }
     assert "\n" not in FetchStatistic(url="http://h/\u2028", exception="E: a\nb").to_json()
+
+
+_TEXT = st.none() | st.text()
+_COUNT = st.integers(min_value=0, max_value=2**63)
+
+
+@given(
+    st.builds(
+        FetchStatistic,
+        url=st.text(),
+        next_url=_TEXT,
+        status=st.none() | st.integers(min_value=100, max_value=999),
+        exception=_TEXT,
+        size=_COUNT,
+        content_type=_TEXT,
+        encoding=_TEXT,
+        num_urls=_COUNT,
+        num_new_urls=_COUNT,
+        depth=_COUNT,
+        referrer=_TEXT,
+        fetched_at=_TEXT,
+        elapsed=st.none() | st.floats(),
+        handler_error=_TEXT,
+    )
+)
+def test_record_json_is_what_the_json_module_writes(record: FetchStatistic) -> None:
+    """to_json is written by hand for speed; it must be json.dumps of to_dict to the byte
+    (control characters, quotes, non-ASCII text, huge counts, NaN and infinities)."""
+    expected = json.dumps(record.to_dict(), ensure_ascii=False, separators=(", ", ": "))
+    assert record.to_json() == expected
 
 
 @pytest.mark.parametrize(

@@ -41,9 +41,15 @@ The tools, each against a fresh nginx on the same site:
   ``CONCURRENT_REQUESTS_PER_DOMAIN = 1`` and ``ROBOTSTXT_OBEY`` (``broad_peers.py``);
 * Crawlee for Python's ``ParselCrawler`` at its defaults (no per-host delay exists in it).
 
-``--mode scaling`` runs this crawler alone (in memory) over ``--scaling-hosts`` (100, 1000
-and 5000 hosts) of ``--scaling-pages`` pages (5) at ``--scaling-delay`` (0.2 s): CPU per
-request against the number of hosts, which should stay flat. ``--mode both`` runs the two.
+``--mode scaling`` runs this crawler alone, in memory and with ``--frontier``
+(``--scaling-tools``), over ``--scaling-hosts`` (100, 1000 and 5000 hosts) of
+``--scaling-pages`` pages (5) at ``--scaling-delay`` (0.2 s): CPU per request against the
+number of hosts, ours and the Redis server's, which should stay flat.
+
+The comparison's ``÷ one host`` column is CPU per request over the same crawler's, store's
+and processes' on one host, measured first in the same run: the synthetic site of the
+other benchmarks (3000 pages, nginx) at ``--max-tasks 100`` with no delay. ``--mode both``
+runs the two.
 
 Limits: nginx needs one socket and one connection slot per address it listens on, beside
 those of the crawlers' connections, so its ``worker_connections`` is set from ``--hosts``,
@@ -370,12 +376,14 @@ def our_command(
     roots_file: Path | None,
     roots: Sequence[str],
     extra: Sequence[str] = (),
+    broad: bool = True,
 ) -> list[str]:
-    """This crawler's command line: the manners of a broad crawl, the roots from a file
-    when the CLI reads one, else as arguments (none for a joiner: ``roots_file`` None and
-    ``roots`` empty)."""
+    """This crawler's command line: the manners of a broad crawl (``broad``; else none,
+    as the single-host crawl runs), the roots from a file when the CLI reads one, else as
+    arguments (none for a joiner: ``roots_file`` None and ``roots`` empty)."""
     command = [setup.python, "-m", "trio_crawler", "-q", "--no-progress", "-o", str(output)]
-    command += ["--delay", f"{delay:g}", "--max-per-host", "1"]
+    if broad:
+        command += ["--delay", f"{delay:g}", "--max-per-host", "1"]
     command += ["--max-tasks", str(setup.max_tasks), *extra]
     if setup.max_time is not None:
         command += ["--max-time", f"{setup.max_time:g}"]
@@ -459,7 +467,7 @@ def crawl(
             if redis is None:
                 raise BenchmarkError("the shared frontier needs a Redis server")
             costs, wall, redis_cpu, frontier_notes = _crawl_shared(
-                site, setup, delay=delay, redis=redis, roots_file=roots_file
+                site.roots, setup, delay=delay, redis=redis, roots_file=roots_file
             )
             notes += frontier_notes
         else:
@@ -488,8 +496,80 @@ def crawl(
     )
 
 
+# The yardstick for CPU per request: the same crawler, store and processes crawling one
+# host, the synthetic site of the other benchmarks, at their --max-tasks and no delay.
+SINGLE_HOST_PAGES = 3000
+SINGLE_HOST_TASKS = 100
+OURS = ("ours", "ours-state", "ours-frontier")
+
+
+def single_host(
+    tool: str, root: str, setup: Setup, *, redis: RedisServer | None
+) -> tuple[float, int]:
+    """CPU seconds and requests of ``tool`` (one of :data:`OURS`) crawling the one-host
+    site at ``root``: records written, plus its robots.txt."""
+    work = setup.work / f"single-{tool}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    roots_file = work / "roots.txt"
+    roots_file.write_text(f"{root}\n")
+    single = dataclasses.replace(setup, max_tasks=SINGLE_HOST_TASKS)
+    if tool == "ours-frontier":
+        if redis is None:
+            raise BenchmarkError("the shared frontier needs a Redis server")
+        costs, _, _, _ = _crawl_shared(
+            [root], single, delay=0.0, redis=redis, roots_file=roots_file, broad=False
+        )
+    else:
+        extra = ["--state", str(work / "crawl.db")] if tool == "ours-state" else []
+        command = our_command(
+            single,
+            delay=0.0,
+            output=work / "records-0.jsonl",
+            roots_file=roots_file,
+            roots=[root],
+            extra=extra,
+            broad=False,
+        )
+        costs = [run_measured(command, timeout=setup.timeout, cwd=work, env=setup.env)]
+    records = 0
+    for path in work.glob("records-*.jsonl"):
+        with path.open() as lines:
+            records += sum(1 for _ in lines)
+    return sum(cost.cpu_s for cost in costs), records + 1
+
+
+def single_host_costs(
+    tools: Sequence[str], setup: Setup, work: Path, *, redis: RedisServer | None
+) -> dict[str, float]:
+    """CPU ms per request of each of our ``tools`` on one host (:func:`single_host`)."""
+    ours = [tool for tool in tools if tool in OURS]
+    if not ours:
+        return {}
+    from benchmarks.nginx import serve_directory
+    from benchmarks.synthetic_site import generate as generate_one_host
+
+    directory = work / "single-site"
+    shutil.rmtree(directory, ignore_errors=True)
+    generate_one_host(directory, pages=SINGLE_HOST_PAGES)
+    costs: dict[str, float] = {}
+    with serve_directory(directory) as root:
+        for tool in ours:
+            print(f"bench_broad: {LABELS[tool]}, one host ...", file=sys.stderr, flush=True)
+            cpu_s, requests = single_host(tool, root, setup, redis=redis)
+            costs[tool] = 1000 * cpu_s / requests
+    shutil.rmtree(directory, ignore_errors=True)
+    return costs
+
+
 def _crawl_shared(
-    site: BroadSite, setup: Setup, *, delay: float, redis: RedisServer, roots_file: Path
+    roots: Sequence[str],
+    setup: Setup,
+    *,
+    delay: float,
+    redis: RedisServer,
+    roots_file: Path,
+    broad: bool = True,
 ) -> tuple[list[ChildCost], float, float, list[str]]:
     """``setup.processes`` crawlers sharing one crawl on Redis: the first creates it from
     the roots, the others join once it exists. Returns their costs, the wall time from the
@@ -508,8 +588,9 @@ def _crawl_shared(
             delay=delay,
             output=work / f"records-{index}.jsonl",
             roots_file=roots_file if index == 0 else None,
-            roots=site.roots if index == 0 else (),
+            roots=roots if index == 0 else (),
             extra=["--frontier", redis.url, "--crawl-id", "broad"],
+            broad=broad,
         )
         try:
             costs[index] = run_measured(
@@ -582,11 +663,14 @@ COMPARE_HEADERS = [
     "connections",
     "CPU s",
     "CPU ms/request",
+    "÷ one host",
     "peak RSS MiB",
 ]
 
 
-def compare_row(label: str, run: ToolRun, *, pages: int, delay: float) -> list[object]:
+def compare_row(
+    label: str, run: ToolRun, *, pages: int, delay: float, one_host: float | None = None
+) -> list[object]:
     metrics = run.metrics
     return [
         label,
@@ -601,6 +685,9 @@ def compare_row(label: str, run: ToolRun, *, pages: int, delay: float) -> list[o
         metrics.connections,
         f"{run.cpu_s:.1f}",
         _per_request(run.cpu_s, metrics.requests),
+        "-"
+        if one_host is None or not metrics.requests
+        else f"{1000 * run.cpu_s / metrics.requests / one_host:.2f}",
         f"{run.peak_rss_mib:.0f}",
     ]
 
@@ -610,6 +697,7 @@ def _per_request(cpu_s: float, requests: int) -> str:
 
 
 SCALING_HEADERS = [
+    "tool",
     "hosts",
     "pages fetched / all",
     "requests",
@@ -621,6 +709,7 @@ SCALING_HEADERS = [
     "CPU s",
     "CPU ms/request",
     "CPU ms/request less start-up",
+    "Redis CPU ms/request",
     "peak RSS MiB",
     "nginx start s",
 ]
@@ -676,9 +765,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=MODES, default="compare")
     parser.add_argument("--max-tasks", type=int, default=500, help="ours; Scrapy's concurrency")
     parser.add_argument("--processes", type=int, default=3, help="sharing --frontier")
-    scaling = parser.add_argument_group("--mode scaling: this crawler alone, in memory")
+    scaling = parser.add_argument_group("--mode scaling: this crawler alone")
     scaling.add_argument(
         "--scaling-hosts", type=_hosts_list, default=[100, 1000, 5000], metavar="H,H,..."
+    )
+    scaling.add_argument(
+        "--scaling-tools",
+        type=parts_argument(OURS),
+        default=["ours", "ours-frontier"],
+        metavar="TOOLS",
+        help=f"comma-separated, from {','.join(OURS)} (default: ours,ours-frontier)",
     )
     scaling.add_argument("--scaling-pages", type=int, default=5)
     scaling.add_argument("--scaling-delay", type=float, default=0.2)
@@ -776,6 +872,7 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         tools = [tool for tool in tools if tool not in ("scrapy", "crawlee")]
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(serve_redis()) if "ours-frontier" in tools else None
+        one_host = single_host_costs(tools, setup, work, redis=redis)
         for tool in tools:
             print(f"bench_broad: {LABELS[tool]} ...", file=sys.stderr, flush=True)
             result = crawl(tool, site, setup, delay=args.delay, redis=redis)
@@ -787,7 +884,11 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
                     f"({_per_request(result.redis_cpu_s or 0.0, result.metrics.requests)} "
                     "ms/request), not in the row."
                 )
-            rows.append(compare_row(label, result, pages=args.pages, delay=args.delay))
+            rows.append(
+                compare_row(
+                    label, result, pages=args.pages, delay=args.delay, one_host=one_host.get(tool)
+                )
+            )
             notes += result.notes
             _write_json(args.json_out, _json_line(result, site, args.delay, "compare"))
     roots = "`-i FILE`" if setup.input_file else "the roots as arguments (no `--input-file`)"
@@ -805,6 +906,15 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         "",
         markdown_table(COMPARE_HEADERS, rows),
     ]
+    if one_host:
+        measured = ", ".join(f"{LABELS[tool]} {cost:.2f}" for tool, cost in one_host.items())
+        lines += [
+            "",
+            f"÷ one host: CPU per request over the same crawler's on one host, measured in "
+            f"this run: the synthetic site ({SINGLE_HOST_PAGES} pages, nginx), `--max-tasks "
+            f"{SINGLE_HOST_TASKS}`, no delay, the same store and processes (ms/request: "
+            f"{measured}).",
+        ]
     if notes:
         lines += ["", *(f"- {note}" for note in notes)]
     return "\n".join(lines)
@@ -815,49 +925,64 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
     rows: list[list[object]] = []
     notes: list[str] = []
     pages, delay = args.scaling_pages, args.scaling_delay
-    for hosts in args.scaling_hosts:
-        site = _new_site(work, hosts, pages)
-        print(f"bench_broad: scaling, {hosts} hosts ...", file=sys.stderr, flush=True)
-        limited = dataclasses.replace(
-            setup, max_time=args.scaling_max_time, timeout=args.scaling_max_time + 120
-        )
-        result = crawl("ours", site, limited, delay=delay)
-        metrics = result.metrics
-        rows.append(
-            [
-                hosts,
-                f"{metrics.pages_ok}/{metrics.pages}",
-                metrics.requests,
-                f"{result.wall_s:.1f}",
-                f"{result.wall_s / (pages * delay):.2f}",
-                f"{metrics.short_gaps} ({metrics.short_page_gaps})",
-                metrics.max_in_flight,
-                metrics.connections,
-                f"{result.cpu_s:.1f}",
-                _per_request(result.cpu_s, metrics.requests),
-                _per_request(result.cpu_s - startup, metrics.requests),
-                f"{result.peak_rss_mib:.0f}",
-                f"{result.nginx_start_s:.2f}",
-            ]
-        )
-        notes += [f"{hosts} hosts: {note}" for note in result.notes]
-        _write_json(args.json_out, _json_line(result, site, delay, "scaling"))
+    tools = args.scaling_tools
+    with contextlib.ExitStack() as stack:
+        redis = stack.enter_context(serve_redis()) if "ours-frontier" in tools else None
+        for hosts in args.scaling_hosts:
+            site = _new_site(work, hosts, pages)
+            for tool in tools:
+                print(
+                    f"bench_broad: scaling, {LABELS[tool]}, {hosts} hosts ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                limited = dataclasses.replace(
+                    setup, max_time=args.scaling_max_time, timeout=args.scaling_max_time + 120
+                )
+                result = crawl(tool, site, limited, delay=delay, redis=redis)
+                rows.append(_scaling_row(LABELS[tool], hosts, result, pages, delay, startup))
+                notes += [f"{hosts} hosts: {note}" for note in result.notes]
+                _write_json(args.json_out, _json_line(result, site, delay, "scaling"))
     shutil.rmtree(work / "site", ignore_errors=True)
     lines = [
-        "### Broad crawl: CPU per request against the number of hosts (trio-crawler, in memory)",
+        "### Broad crawl: CPU per request against the number of hosts",
         "",
         f"Each host {pages} pages, delay {delay:g} s (PxD = {pages * delay:g} s), `--delay "
         f"{delay:g} --max-per-host 1 --max-tasks {args.max_tasks} --max-time "
-        f"{args.scaling_max_time:g}`. Requests include one "
+        f"{args.scaling_max_time:g}`; the shared frontier in {args.processes} processes on "
+        f"one Redis, whose own CPU has a column. Requests include one "
         f"robots.txt per host. Start-up (`python -m trio_crawler --version`): {startup:.2f} "
-        "CPU s, taken out in the second CPU column. nginx start: seconds until it listened "
-        "on every address.",
+        "CPU s per process, taken out in the second CPU column. nginx start: seconds until "
+        "it listened on every address.",
         "",
         markdown_table(SCALING_HEADERS, rows),
     ]
     if notes:
         lines += ["", *(f"- {note}" for note in notes)]
     return "\n".join(lines)
+
+
+def _scaling_row(
+    label: str, hosts: int, result: ToolRun, pages: int, delay: float, startup: float
+) -> list[object]:
+    metrics = result.metrics
+    return [
+        label,
+        hosts,
+        f"{metrics.pages_ok}/{metrics.pages}",
+        metrics.requests,
+        f"{result.wall_s:.1f}",
+        f"{result.wall_s / (pages * delay):.2f}",
+        f"{metrics.short_gaps} ({metrics.short_page_gaps})",
+        metrics.max_in_flight,
+        metrics.connections,
+        f"{result.cpu_s:.1f}",
+        _per_request(result.cpu_s, metrics.requests),
+        _per_request(result.cpu_s - startup * len(result.costs), metrics.requests),
+        "-" if result.redis_cpu_s is None else _per_request(result.redis_cpu_s, metrics.requests),
+        f"{result.peak_rss_mib:.0f}",
+        f"{result.nginx_start_s:.2f}",
+    ]
 
 
 def _startup_cpu(setup: Setup, work: Path) -> float:

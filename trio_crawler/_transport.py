@@ -57,6 +57,7 @@ from ._lookups import HostLookupError
 from ._options import ConfigError
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import AsyncIterator, Callable
     from types import ModuleType
 
@@ -291,10 +292,25 @@ def _alive(connection: _Connection) -> bool:
     if sock is None:
         return True
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        return not _readable(sock)
     except (OSError, ValueError):
         return False
-    return not readable
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether ``sock`` has something to read (or its peer hung up), without waiting.
+
+    ``poll``, not ``select``: ``select`` takes no descriptor numbered 1024 or more, and a
+    crawl holding that many sockets (a broad crawl's idle connections, a thousand workers)
+    would find every later connection "dead" and open a new one for each request. Windows
+    has no ``poll``, and no such limit on its ``select``.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
 
 
 async def _mapped(library: ModuleType, read: Any) -> h11.Event:

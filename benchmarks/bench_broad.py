@@ -366,6 +366,7 @@ class Setup:
     timeout: float
     work: Path
     max_time: float | None = None
+    nofile: int | None = None  # our crawlers' soft open-file limit (ulimit -n), if set
 
 
 def our_command(
@@ -388,8 +389,13 @@ def our_command(
     if setup.max_time is not None:
         command += ["--max-time", f"{setup.max_time:g}"]
     if roots_file is not None and setup.input_file:
-        return [*command, "-i", str(roots_file)]
-    return [*command, *roots] if roots_file is not None else command
+        command += ["-i", str(roots_file)]
+    elif roots_file is not None:
+        command += roots
+    if setup.nofile is not None:
+        # The shell's ulimit, then exec: the crawler itself runs under the lower limit.
+        command = ["sh", "-c", 'ulimit -Sn "$0" && exec "$@"', str(setup.nofile), *command]
+    return command
 
 
 def _tail(path: Path) -> str:
@@ -790,6 +796,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--snapshot", type=Path, help="PYTHONPATH entry holding trio_crawler (run.py's)"
     )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="per crawl, s")
+    parser.add_argument(
+        "--our-nofile",
+        type=int,
+        metavar="N",
+        help="run our crawlers under ulimit -n N (nginx keeps the harness's higher limit)",
+    )
     parser.add_argument("--json-out", type=Path, help="append each crawl as a JSON line")
     parser.add_argument(
         "--keep",
@@ -844,6 +856,7 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
             processes=args.processes,
             timeout=args.timeout,
             work=work / "runs",
+            nofile=args.our_nofile,
         )
         identity = f"Code under test: {package_identity(package_path)}; {our.versions}."
         if args.mode in ("compare", "both"):

@@ -54,7 +54,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,6 +69,7 @@ from benchmarks.measure import (
     package_identity,
     parts_argument,
     run_main,
+    run_waited,
     snapshot_package,
 )
 
@@ -211,7 +211,7 @@ def measure_command(
             roots = _read_roots(server, (options or PushbackOptions()).hosts, work)
             scratch = Path(work, "cwd")
             scratch.mkdir()
-            returncode, wall, cpu, timed_out = run_child(
+            waited = run_waited(
                 command(roots),
                 timeout=timeout,
                 cwd=cwd or scratch,
@@ -228,10 +228,10 @@ def measure_command(
         roots=roots,
         run=run,
         metrics=run.metrics(),
-        returncode=returncode,
-        wall_s=wall,
-        cpu_s=cpu,
-        timed_out=timed_out,
+        returncode=waited.returncode,
+        wall_s=waited.wall_s,
+        cpu_s=waited.cpu_s,
+        timed_out=waited.timed_out,
     )
 
 
@@ -266,58 +266,6 @@ def _stop_server(server: subprocess.Popen[str]) -> None:
             server.wait()
     if server.stdout is not None:
         server.stdout.close()
-
-
-def run_child(
-    command: Sequence[str],
-    *,
-    timeout: float,
-    cwd: str | Path | None = None,
-    env: Mapping[str, str] | None = None,
-    stdout: Path | None = None,
-    stderr: Path | None = None,
-) -> tuple[int, float, float, bool]:
-    """Run ``command``; return (exit status, wall s, CPU s, timed out).
-
-    CPU comes from ``os.wait4`` of the child itself, as ``measure.run_measured`` reads
-    it; unlike that function this one needs no GNU time, which is there for peak memory,
-    a figure this benchmark does not report, so the crawler's tests can use it too. The
-    child runs in a session of its own, killed with its group after ``timeout`` seconds
-    or if the harness is interrupted.
-    """
-    with contextlib.ExitStack() as files:
-        out = files.enter_context(stdout.open("wb")) if stdout else subprocess.DEVNULL
-        err = files.enter_context(stderr.open("wb")) if stderr else subprocess.DEVNULL
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            list(command),
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
-        timed_out = threading.Event()
-
-        def kill() -> None:
-            timed_out.set()
-            os.killpg(process.pid, signal.SIGKILL)
-
-        killer = threading.Timer(timeout, kill)
-        killer.start()
-        try:
-            _, status, usage = os.wait4(process.pid, 0)
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise
-        finally:
-            killer.cancel()
-        wall = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, wall, usage.ru_utime + usage.ru_stime, timed_out.is_set()
 
 
 # -- the benchmark ---------------------------------------------------------------------------

@@ -110,22 +110,77 @@ def run_measured(
     if not os.access(GNU_TIME, os.X_OK):
         raise RuntimeError(f"{GNU_TIME} not found: run benchmarks/setup.sh (apt-get install time)")
     steal_start, total_start = steal_ticks()
+    with tempfile.NamedTemporaryFile("r", prefix="bench-time-", suffix=".txt") as report:
+        waited = run_waited(
+            # Its own process group, so a timeout kills the command, not only GNU time.
+            [GNU_TIME, "--format=%M", f"--output={report.name}", *command],
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+        )
+        # GNU time writes "Command exited with non-zero status N" or "Command terminated
+        # by signal N" before the format's line when the command failed.
+        lines = report.read().split()
+    steal_end, total_end = steal_ticks()
+    peak_kib = int(lines[-1]) if lines and lines[-1].isdigit() else 0
+    return ChildCost(
+        returncode=waited.returncode,
+        wall_s=waited.wall_s,
+        cpu_s=waited.cpu_s,
+        peak_rss_mib=peak_kib / 1024,
+        steal_percent=100 * (steal_end - steal_start) / max(1, total_end - total_start),
+        timed_out=waited.timed_out,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Waited:
+    """How a command run by :func:`run_waited` ended.
+
+    Attributes:
+        returncode: Its exit status (negative: the signal that ended it).
+        wall_s: Seconds from its start to its reaping.
+        cpu_s: User + system seconds, from ``os.wait4`` of the child.
+        timed_out: Whether it was killed for outlasting its timeout.
+    """
+
+    returncode: int
+    wall_s: float
+    cpu_s: float
+    timed_out: bool
+
+
+def run_waited(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout: Path | None = None,
+    stderr: Path | None = None,
+) -> Waited:
+    """Run ``argv`` in a session of its own and block in ``os.wait4`` until it ends.
+
+    Output goes to the given files (or is discarded), never to a pipe (see
+    :func:`run_measured`). The child and its process group are killed after ``timeout``
+    seconds, or if the harness is interrupted (Ctrl-C, or SIGTERM turned into one by
+    :func:`unwind_on_sigterm`): in a session of its own it would outlive the harness. It
+    needs no GNU time, so the crawler's tests can use it too.
+    """
     timed_out = threading.Event()
-    with (
-        tempfile.NamedTemporaryFile("r", prefix="bench-time-", suffix=".txt") as report,
-        contextlib.ExitStack() as files,
-    ):
+    with contextlib.ExitStack() as files:
         out = files.enter_context(stdout.open("wb")) if stdout else subprocess.DEVNULL
         err = files.enter_context(stderr.open("wb")) if stderr else subprocess.DEVNULL
         started = time.perf_counter()
         process = subprocess.Popen(
-            [GNU_TIME, "--format=%M", f"--output={report.name}", *command],
+            list(argv),
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
-            # Its own process group, so a timeout kills the command, not only GNU time.
             start_new_session=True,
         )
 
@@ -138,8 +193,6 @@ def run_measured(
         try:
             _, status, usage = os.wait4(process.pid, 0)
         except BaseException:
-            # Interrupted (Ctrl-C, or SIGTERM turned into one by unwind_on_sigterm): the
-            # command runs in a session of its own, so it would outlive the harness.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -149,17 +202,10 @@ def run_measured(
         wall = time.perf_counter() - started
         # wait4 reaped the child; tell Popen, so it never waits for (or signals) it again.
         process.returncode = os.waitstatus_to_exitcode(status)
-        # GNU time writes "Command exited with non-zero status N" or "Command terminated
-        # by signal N" before the format's line when the command failed.
-        lines = report.read().split()
-    steal_end, total_end = steal_ticks()
-    peak_kib = int(lines[-1]) if lines and lines[-1].isdigit() else 0
-    return ChildCost(
+    return Waited(
         returncode=process.returncode,
         wall_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime,
-        peak_rss_mib=peak_kib / 1024,
-        steal_percent=100 * (steal_end - steal_start) / max(1, total_end - total_start),
         timed_out=timed_out.is_set(),
     )
 

@@ -46,6 +46,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+# The same Crawlee crawl as the pushback benchmark's: its defaults, same-host links. Both
+# scripts run as scripts in the peers' venv, so this one imports its sibling by name.
+from pushback_peers import crawl_with_crawlee
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
@@ -94,19 +98,6 @@ def crawl_with_scrapy(roots: Sequence[str], *, delay: float, concurrency: int) -
     process = CrawlerProcess(settings=scrapy_settings(delay=delay, concurrency=concurrency))
     process.crawl(BroadSpider)
     process.start()
-
-
-async def crawl_with_crawlee(roots: Sequence[str]) -> None:
-    """Crawlee's ParselCrawler at its defaults, following links on the same host."""
-    from crawlee.crawlers import ParselCrawler, ParselCrawlingContext
-
-    crawler = ParselCrawler(configure_logging=False)
-
-    @crawler.router.default_handler
-    async def follow(context: ParselCrawlingContext) -> None:
-        await context.enqueue_links()
-
-    await crawler.run(list(roots))
 
 
 def read_roots(path: Path) -> list[str]:

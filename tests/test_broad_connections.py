@@ -238,6 +238,7 @@ async def test_a_worker_takes_the_connection_another_worker_left() -> None:
             for client in (first, second, third, first, third):
                 assert isinstance(await fetch(client, server.url()), Response)
             assert (server.connections, shared.statistics().idle) == (1, 1)
+            assert shared.statistics().idle_reused == 4  # every request after the first
             async with (
                 first.stream("GET", server.url()) as one,
                 second.stream("GET", server.url()) as two,

@@ -230,6 +230,7 @@ class ConnectionStatistics:
         idle: Idle keep-alive connections now.
         idle_limit: The cap on them (None: no cap).
         idle_closed: Idle connections closed to stay within the cap.
+        idle_reused: Requests that took an idle connection rather than opening one.
         lookups: Host names handed to the resolver.
         lookup_hits: New connections whose addresses came from the cache (or from a
             lookup already under way).
@@ -240,6 +241,7 @@ class ConnectionStatistics:
     idle: int
     idle_limit: int | None
     idle_closed: int
+    idle_reused: int
     lookups: int
     lookup_hits: int
     lookup_failures: int
@@ -277,6 +279,7 @@ class CrawlConnections:
             idle=len(self.idle),
             idle_limit=self.idle.limit,
             idle_closed=self.idle.closed,
+            idle_reused=self.idle.reused,
             lookups=lookups.lookups,
             lookup_hits=lookups.hits,
             lookup_failures=lookups.failures,

@@ -112,7 +112,7 @@ from benchmarks.measure import (
     run_measured,
     snapshot_package,
 )
-from benchmarks.nginx import NginxError, find_nginx, stop_process
+from benchmarks.nginx import NginxError, find_nginx, start_nginx, stop_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -275,13 +275,7 @@ def serve_hosts(site: BroadSite, log: Path) -> Iterator[float]:
         config = Path(tmp, "nginx.conf")
         config.write_text(nginx_config(site, tmp=Path(tmp), log=log))
         started = time.perf_counter()
-        with Path(tmp, "stderr.log").open("wb") as stderr:
-            process = subprocess.Popen(
-                [nginx, "-p", tmp, "-c", str(config), "-e", f"{tmp}/error.log"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
+        process = start_nginx(nginx, tmp, config)
         try:
             _wait_ready(process, site, tmp)
             yield time.perf_counter() - started

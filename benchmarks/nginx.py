@@ -144,14 +144,7 @@ def serve_directory(root: str | Path) -> Iterator[str]:
             config.write_text(
                 _CONFIG.format(tmp=tmp, port=port, root=root, keepalive_requests=KEEPALIVE_REQUESTS)
             )
-            # nginx's stderr goes to a file, not a pipe that nobody reads while it runs.
-            with Path(tmp, "stderr.log").open("wb") as stderr:
-                process = subprocess.Popen(
-                    [nginx, "-p", tmp, "-c", str(config), "-e", f"{tmp}/error.log"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                )
+            process = start_nginx(nginx, tmp, config)
             try:
                 if _wait_ready(process, port):
                     yield f"http://127.0.0.1:{port}/"
@@ -162,6 +155,18 @@ def serve_directory(root: str | Path) -> Iterator[str]:
             finally:
                 stop_process(process)
         raise NginxError(f"nginx found no free port in {_PORT_ATTEMPTS} attempts")
+
+
+def start_nginx(nginx: str, tmp: str, config: Path) -> subprocess.Popen[bytes]:
+    """Start ``nginx`` with ``config``, its prefix and error log in ``tmp``; its stderr goes
+    to ``tmp/stderr.log``, a file, not a pipe that nobody reads while it runs."""
+    with Path(tmp, "stderr.log").open("wb") as stderr:
+        return subprocess.Popen(
+            [nginx, "-p", tmp, "-c", str(config), "-e", f"{tmp}/error.log"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
 
 
 def _wait_ready(process: subprocess.Popen[bytes], port: int) -> bool:

@@ -178,3 +178,27 @@ def bare_python(directory: Path) -> Path:
     without the system's packages (symlinks: it takes milliseconds)."""
     venv.create(directory, with_pip=False, symlinks=True)
     return directory / "bin" / "python"
+
+
+async def first_line_then_close(
+    command: list[str], stderr: Path, release: trio.Event
+) -> tuple[bytes, trio.Process]:
+    """Run ``command`` with its stdout on a pipe, read up to its first line, close the
+    reading end as ``head -1`` does, then set ``release`` (for a route that answers once
+    the reader is gone) and wait for the process to exit. Returns what was read (the
+    first line, perhaps with more) and the finished process; its stderr is in ``stderr``.
+    """
+    read_end, write_end = os.pipe()
+    with stderr.open("wb") as errors:
+        process = await trio.lowlevel.open_process(command, stdout=write_end, stderr=errors)
+    os.close(write_end)  # the child holds the only writing end
+    reader = trio.lowlevel.FdStream(read_end)
+    first = b""
+    while b"\n" not in first:
+        chunk = await reader.receive_some()
+        assert chunk, "the child closed stdout before its first line"
+        first += chunk
+    await reader.aclose()
+    release.set()
+    await process.wait()
+    return first, process

@@ -37,7 +37,7 @@ from trio_crawler._demo import build_demo_site
 
 from demo_expectations import expected_urls
 from httpserver import DropConnection, Handler, Reply, Request, open_test_server
-from support import HANG_LIMIT, read_records, run_cli
+from support import HANG_LIMIT, first_line_then_close, read_records, run_cli
 
 
 def never_answers(requested: trio.Event) -> Handler:
@@ -521,23 +521,11 @@ async def test_a_reader_that_goes_away_ends_the_crawl_as_ctrl_c_does(
     routes: dict[str, Reply | Handler] = {path: Reply.html("a page") for path in others}
     routes.update({"/": Reply.html('<a href="/slow">slow</a>'), "/slow": slow})
     warc = tmp_path / "crawl.warc.gz"
-    read_end, write_end = os.pipe()
     with trio.fail_after(HANG_LIMIT):
         async with open_test_server(routes) as server:
             command = [sys.executable, "-m", "trio_crawler", "--engine", engine, "--no-progress"]
             command += ["--max-tasks", "1", "-o", "-", "--warc", str(warc), server.url()]
-            with (tmp_path / "stderr").open("wb") as stderr:
-                process = await trio.lowlevel.open_process(command, stdout=write_end, stderr=stderr)
-            os.close(write_end)  # the child holds the only writing end
-            reader = trio.lowlevel.FdStream(read_end)
-            first = b""
-            while b"\n" not in first:
-                chunk = await reader.receive_some()
-                assert chunk, "the crawler closed stdout before its first record"
-                first += chunk
-            await reader.aclose()  # head -1 has its line and exits
-            release.set()
-            await process.wait()
+            first, process = await first_line_then_close(command, tmp_path / "stderr", release)
     stderr_text = (tmp_path / "stderr").read_text()
     assert json.loads(first.decode().splitlines()[0])["url"] == server.url()
     assert process.returncode == 130, stderr_text

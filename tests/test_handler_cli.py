@@ -25,7 +25,7 @@ import trio
 from trio_crawler._cli import ENGINES
 
 from httpserver import Reply, Request, open_test_server
-from support import HANG_LIMIT, page, read_records, run_cli
+from support import HANG_LIMIT, first_line_then_close, page, read_records, run_cli
 
 HANDLERS = '''
 import httpx
@@ -267,23 +267,11 @@ async def test_a_reader_of_the_items_that_goes_away_ends_the_crawl_as_ctrl_c_doe
 
     routes = {path: page("/") for path in others}
     routes.update({"/": page("/slow"), "/slow": slow})
-    read_end, write_end = os.pipe()
     with trio.fail_after(HANG_LIMIT):
         async with open_test_server(routes) as server:
             command = [sys.executable, "-m", "trio_crawler", *crawl_command("--max-tasks", "1")]
             command += ["--handler", f"{handlers}:items_of", "--items", "-", server.url()]
-            with (tmp_path / "stderr").open("wb") as stderr:
-                process = await trio.lowlevel.open_process(command, stdout=write_end, stderr=stderr)
-            os.close(write_end)  # the child holds the only writing end
-            reader = trio.lowlevel.FdStream(read_end)
-            first = b""
-            while b"\n" not in first:
-                chunk = await reader.receive_some()
-                assert chunk, "the crawler closed stdout before its first item"
-                first += chunk
-            await reader.aclose()  # head -1 has its line and exits
-            release.set()
-            await process.wait()
+            first, process = await first_line_then_close(command, tmp_path / "stderr", release)
     stderr_text = (tmp_path / "stderr").read_text()
     assert json.loads(first.decode().splitlines()[0]) == {
         "page": server.url(),

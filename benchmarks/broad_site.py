@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.synthetic_site import link_targets
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -164,16 +166,7 @@ def _page(
     rng: random.Random,
     pool: Sequence[str],
 ) -> str:
-    children = range(index * BRANCHING + 1, min(index * BRANCHING + BRANCHING, pages - 1) + 1)
-    targets = dict.fromkeys(children)  # an ordered set
-    if index > 0:
-        targets[(index - 1) // BRANCHING] = None
-    attempts = 0
-    while len(targets) < SAME_HOST_LINKS and attempts < 4 * SAME_HOST_LINKS:
-        attempts += 1
-        target = rng.randrange(pages)
-        if target != index:
-            targets[target] = None
+    targets = link_targets(index, pages, branching=BRANCHING, links=SAME_HOST_LINKS, rng=rng)
     links = [f'<li><a href="{_href(index, target)}">page {target}</a></li>' for target in targets]
     if len(addresses) > 1:
         for _ in range(CROSS_HOST_LINKS):

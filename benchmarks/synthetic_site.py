@@ -101,19 +101,29 @@ def _href(source: int, target: int) -> str:
     return f"{target}.html"
 
 
-def _page(index: int, pages: int, rng: random.Random, pool: list[str]) -> str:
-    children = range(index * BRANCHING + 1, min(index * BRANCHING + BRANCHING, pages - 1) + 1)
+def link_targets(
+    index: int, pages: int, *, branching: int, links: int, rng: random.Random
+) -> list[int]:
+    """The pages page ``index`` of ``pages`` links to: its children in a tree of
+    ``branching`` (so that every page is reachable from page 0), its parent, then random
+    pages until there are ``links``. A random link may repeat a tree link or another, as on
+    a real site; there are ``links`` either way, and fewer only on sites smaller than that.
+    """
+    children = range(index * branching + 1, min(index * branching + branching, pages - 1) + 1)
     targets = dict.fromkeys(children)  # an ordered set
     if index > 0:
-        targets[(index - 1) // BRANCHING] = None
-    # Cross links may repeat a tree link or each other, as on a real site; there are at
-    # most LINKS_PER_PAGE links either way, and fewer only on sites smaller than that.
+        targets[(index - 1) // branching] = None
     attempts = 0
-    while len(targets) < LINKS_PER_PAGE and attempts < 4 * LINKS_PER_PAGE:
+    while len(targets) < links and attempts < 4 * links:
         attempts += 1
         target = rng.randrange(pages)
         if target != index:
             targets[target] = None
+    return list(targets)
+
+
+def _page(index: int, pages: int, rng: random.Random, pool: list[str]) -> str:
+    targets = link_targets(index, pages, branching=BRANCHING, links=LINKS_PER_PAGE, rng=rng)
     links = [f'<li><a href="{_href(index, target)}">page {target}</a></li>' for target in targets]
     links += [
         f'<li><a href="http://example.com/{index}">external</a></li>',

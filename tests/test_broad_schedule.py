@@ -142,6 +142,38 @@ def core_maker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         yield make
 
 
+@pytest.mark.parametrize(("per_host", "told_first"), [(1, False), (2, True)])
+def test_a_start_is_told_before_the_request_only_if_the_host_may_have_another(
+    redis_server: RedisServer, tmp_path: Path, per_host: int, told_first: bool
+) -> None:
+    """A shared crawl: with one request at a time to a host, the server needs a start's
+    time only for the host's pace (the next request waits for this one's end), so it goes,
+    timed, with the process's next call and the request waits for no round trip. With more
+    at a time, the host's next request waits for it, so it is sent before the request."""
+    with contextlib.ExitStack() as cleanup:
+        state, _ = make_core(
+            "redis",
+            [host_url(0)],
+            tmp_path,
+            redis_url=redis_server.url(),
+            cleanup=cleanup,
+            delay=1.0,
+            max_per_host=per_host,
+            obey_robots=False,
+        )
+        request = state.next_request(now=0.0)
+        assert request is not None
+        assert request.url == host_url(0)
+        state.attempt_started(request, now=0.25)  # and before_attempt(), as an engine does
+        store: Any = state.frontier
+        waiting = [op for op in store._ops if op["k"] == "started"]
+        if told_first:
+            assert waiting == []
+        else:  # the time on the server's clock, which the session read as it joined
+            at = store.link.runtime.wall_time(0.25)
+            assert waiting == [{"k": "started", "u": host_url(0), "t": at}]
+
+
 def assert_delay_from_each_answer(
     starts: dict[str, list[float]], ends: dict[str, list[float]], delay: float
 ) -> None:

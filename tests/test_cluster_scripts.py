@@ -340,3 +340,81 @@ async def test_leases_of_a_process_that_stopped_renewing_are_told_apart(tmp_path
             await call("dead", 1032, [{"k": "renew", "u": mine}])
             assert "o" not in await call("idle", 1033, [{"k": "lease", "n": 5}])
             assert (await details(keys=[P + "meta"], args=[P, "1033"]))[:2] == [0, ""]
+
+
+@pytest.mark.trio
+async def test_a_hosts_delay_runs_from_the_times_the_caller_gives(tmp_path: Path) -> None:
+    """The delay between two requests to a host runs from the times the process measured,
+    not from when its calls reach the server: from an answer's end (done's ``t``), which
+    the call that says so follows by the record's writing; from a request's start
+    (started's ``t``), which goes with the next call; from robots.txt's answer (robots's
+    ``t``). A time ahead of the server's clock counts as now. A lease that ran out holds
+    its host a delay from then: its request may have gone out unannounced."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create, step = client.register_script(CREATE), client.register_script(STEP)
+
+            async def call(
+                owner: str, at: float, ops: list[dict[str, Any]], *, prefix: str = P
+            ) -> dict[str, Any]:
+                args = [prefix, str(at), owner, "10", json.dumps(ops)]
+                answer: dict[str, Any] = json.loads(await step(keys=[prefix + "meta"], args=args))
+                return answer
+
+            def leased(answer: dict[str, Any]) -> list[str]:
+                return [entry_url(item[1]) for item in answer["l"]]
+
+            async def start(prefix: str, urls: list[str], per_host: str, obey: str = "0") -> None:
+                key = origin(urls[0])
+                # No pace, a delay of 2 s, --max-per-host per_host; robots.txt if obey.
+                options = json.dumps({"adapt": False})
+                args = [prefix, "1000", json.dumps(urls[:1]), options, obey, "2", per_host, "10"]
+                assert (await create(keys=[prefix + "meta"], args=[*args, urls[0], key]))[0] == (
+                    "created"
+                )
+                add = {"k": "add", "o": key, "u": urls[1:], "d": 1, "r": 10, "s": 0,
+                       "f": False, "q": True}  # fmt: skip
+                await call("a", 1000, [add], prefix=prefix)
+
+            urls = [u for u in POOL if origin(u) == ORIGINS[0]][:4]
+            lease = {"k": "lease", "n": 5}
+
+            # One at a time: the answer ended at 1001.0, the done came at 1001.5.
+            await start(P, urls, "1")
+            assert leased(await call("a", 1000, [lease])) == urls[:1]
+            done = {"k": "done", "u": urls[0], "o": ORIGINS[0], "rec": 1}
+            started = {"k": "started", "u": urls[0], "t": 1000.2}
+            answer = await call("a", 1001.5, [started, {**done, "t": 1001.0}, lease])
+            assert leased(answer) == [], answer
+            assert answer["w"] == pytest.approx(1.5), answer
+            assert leased(await call("b", 1003.0, [lease])) == urls[1:2]
+            # A time ahead of the server's is taken as now.
+            done = {**done, "u": urls[1], "t": 5000.0}
+            assert leased(await call("b", 1003.1, [done, lease])) == []
+            assert leased(await call("b", 1005.0, [lease])) == [], "held 2 s from 1003.1"
+            assert leased(await call("b", 1005.1, [lease])) == urls[2:3]
+            # Its holder stops: when the lease runs out (10 s), the host waits 2 s more.
+            answer = await call("c", 1016.0, [lease])
+            assert leased(answer) == [], answer
+            assert answer["w"] == pytest.approx(2.0), answer
+            assert leased(await call("c", 1018.0, [lease])) == urls[2:3]
+
+            # Two at a time: the next may go a delay after the first's start, as measured.
+            other = "trio-crawler:{two}:"
+            await start(other, urls, "2")
+            assert leased(await call("a", 1000, [lease], prefix=other)) == urls[:1]
+            started = {"k": "started", "u": urls[0], "t": 1000.1}
+            answer = await call("a", 1000.5, [started, lease], prefix=other)
+            assert leased(answer) == [], answer
+            assert answer["w"] == pytest.approx(1.6), answer
+            assert leased(await call("a", 1002.1, [lease], prefix=other)) == urls[1:2]
+
+            # robots.txt: its answer ended at 1000.3, told at 1001.
+            third = "trio-crawler:{robots}:"
+            await start(third, urls, "1", obey="1")
+            assert (await call("a", 1000, [lease], prefix=third))["l"] == [["r", ORIGINS[0]]]
+            settled = {"k": "robots", "o": ORIGINS[0], "st": "k", "rt": "allow", "t": 1000.3}
+            answer = await call("a", 1001, [settled, lease], prefix=third)
+            assert leased(answer) == [], answer
+            assert answer["w"] == pytest.approx(1.3), answer
+            assert leased(await call("a", 1002.3, [lease], prefix=third)) == urls[:1]

@@ -104,15 +104,21 @@ def settled_from(ops: list[Operation], results: list[Any]) -> Settled:
     return Settled(new=new, disallowed=disallowed, beyond=beyond)
 
 
-def done_operation(request: FetchRequest, record: FetchStatistic | None) -> Operation:
-    """A URL done, with or without a record (and whether it is a failure's)."""
-    return {
+def done_operation(
+    request: FetchRequest, record: FetchStatistic | None, *, ended: float | None = None
+) -> Operation:
+    """A URL done, with or without a record (and whether it is a failure's), and when its
+    answer ended on the server's clock (None: it was not fetched)."""
+    op: Operation = {
         "k": "done",
         "u": request.url,
         "o": origin_of(request.url),
         "rec": 0 if record is None else 1,
         "x": 1 if record is not None and record.exception is not None else 0,
     }
+    if ended is not None:
+        op["t"] = ended
+    return op
 
 
 def back_operation(request: FetchRequest, *, wait: float = 0.0) -> Operation:

@@ -136,6 +136,8 @@ class RedisFrontier:
         self._robots_tickets: deque[str] = deque()
         self._delays: dict[str, float] = {}
         self._starting: set[str] = set()
+        # URL -> when its last answer ended, on the server's clock, for its done operation.
+        self._ended: dict[str, float] = {}
         self._pace = SharedPace(adapt=config.adapt)
         self._closed = False
 
@@ -254,14 +256,25 @@ class RedisFrontier:
         return spent and pending <= len(mine | self._unsettled)
 
     def started(self, request: FetchRequest, *, now: float) -> None:
+        """Note the start, with its time, for the server, when the host has a delay.
+
+        The server times the host's next start from this one, as every process sees it.
+        One request at a time to a host (``--max-per-host 1``, the broad crawl's setting)
+        needs the note only for the pace, since the next request waits for this one's end
+        anyway: it goes with the next call. With more at a time, the host's next request
+        waits for the note, so it is sent before the request goes (:meth:`before_attempt`).
+        """
         self.scheduler.started(request, now=now)
         if not request.robots and self._delay_of(origin_of(request.url)) > 0:
-            self._ops.append({"k": "started", "u": request.url})
-            self._starting.add(request.url)
+            self._ops.append(
+                {"k": "started", "u": request.url, "t": self.link.runtime.wall_time(now)}
+            )
+            if self.config.max_per_host != 1:
+                self._starting.add(request.url)
 
     async def before_attempt(self, request: FetchRequest) -> None:
-        """Tell the server that ``request`` starts now, when its host has a delay, which
-        every process times from that instant; a lost server stops the crawl."""
+        """Tell the server that ``request`` starts now, when its host has a delay and may
+        have another request out (see :meth:`started`); a lost server stops the crawl."""
         if request.url in self._starting:
             try:
                 await self.sync()
@@ -273,6 +286,10 @@ class RedisFrontier:
         self, request: FetchRequest, *, pushback: bool, started: float, now: float
     ) -> None:
         wall = self.link.runtime.wall_time(started)
+        # The host's next request waits a delay from this answer's end, not from the call
+        # that says it is done, which follows the record's writing (see lua/step.lua).
+        if not request.robots:
+            self._ended[request.url] = self.link.runtime.wall_time(now)
         op = self._pace.operation(origin_of(request.url), pushback, now - started, wall)
         if op is not None:
             self._ops.append(op)
@@ -320,7 +337,12 @@ class RedisFrontier:
     ) -> None:
         self.scheduler.robots_settled(request, rules=rules, failure=failure, delay=delay, now=now)
         self._held.pop("r " + request.origin, None)
-        op: Operation = {"k": "robots", "o": request.origin}
+        # The origin's first page waits a delay from this answer's end (see answered()).
+        op: Operation = {
+            "k": "robots",
+            "o": request.origin,
+            "t": self.link.runtime.wall_time(now),
+        }
         if rules is not None:
             op.update(st="k", rt=rules.as_text())
         else:
@@ -334,6 +356,7 @@ class RedisFrontier:
         """Give a request in flight back to the server, first in its origin's line."""
         self.scheduler.release(request)
         self._starting.discard(request.url)
+        self._ended.pop(request.url, None)
         self._held.pop(request.url, None)
         self._ops.append(back_operation(request, wait=wait))
 
@@ -472,7 +495,8 @@ class RedisFrontier:
             if request is not None and not request.robots:
                 # The record is written (then() wrote it): now the URL may be marked done.
                 self._held.pop(request.url, None)
-                self._dones.append(done_operation(request, completion.record))
+                ended = self._ended.pop(request.url, None)
+                self._dones.append(done_operation(request, completion.record, ended=ended))
         if answer is None:
             return
         number = answer.get("n")

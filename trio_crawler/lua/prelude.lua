@@ -218,6 +218,14 @@ local function reclaim()
       elseif redis.call('HGET', URLS, member) == 'l' then
         clear_unstarted(o, member)
         requeue(member, o, entry)
+        -- Its request may have gone out just before its holder stopped, with the start
+        -- not yet told (step.lua's started goes with the holder's next call): the
+        -- origin's next request waits a delay from now.
+        local h = redis.call('HMGET', okey(o), 'nx', 'dl', 'pg')
+        local wait = math.max(tonumber(h[2]) or 0, tonumber(h[3]) or 0)
+        if wait > 0 then
+          redis.call('HSET', okey(o), 'nx', math.max(tonumber(h[1]) or 0, now + wait))
+        end
       end
       make_ready(o)
     end

@@ -15,17 +15,19 @@
 --           -> how many were new (with q false: how many are unseen; nothing is
 --              written)
 --   seen    u (URLs robots.txt turns away): seen, not queued -> the new ones (a list)
---   done    u, o, rec (1: it has a record), x (1: a failure; absent: 0)
+--   done    u, o, rec (1: it has a record), x (1: a failure; absent: 0), t (when
+--           its answer ended; absent: now)
 --           -> 1 if it was queued or leased (now done), 0 if done already or unseen
 --   drop    u, o: leaves without a record (robots.txt forbids it, or it was
 --           unreadable) -> as done
 --   back    u, e (the entry, with its attempt), w (seconds its origin waits):
 --           given back -> 1 if the caller held it
---   robots  o, st (k|x), rt (rules text), rf (failure), dl (new delay, or absent)
+--   robots  o, st (k|x), rt (rules text), rf (failure), dl (new delay, or absent),
+--           t (when its answer ended; absent: now)
 --           -> 1 if the caller held the origin's robots.txt lease
 --   rback   o: a robots.txt lease given back unfetched -> 1 if the caller held it
---   started u: the request went out: its origin's delay runs from now
---           -> 1 if the caller held it
+--   started u, t (when; absent: now): the request went out: its origin's delay
+--           runs from then -> 1 if the caller held it
 --   pace    o, s (p: pushback, o: a prompt answer, w: a slow one), t (when the
 --           attempt started): the origin's pace learns from an answer (see
 --           pace_answer) -> the origin's gap if its pace sets one, else 1e-6
@@ -97,15 +99,18 @@ local SHAPES = {
       and maybe(spaceless, op.ref)
   end,
   seen = function(op) return texts(op.u) end,
-  done = function(op) return text(op.u) and text(op.o) and number(op.rec) and maybe(number, op.x) end,
+  done = function(op)
+    return text(op.u) and text(op.o) and number(op.rec) and maybe(number, op.x)
+      and maybe(number, op.t)
+  end,
   drop = function(op) return text(op.u) and text(op.o) end,
   back = function(op) return text(op.u) and entry(op.e) and maybe(number, op.w) end,
   robots = function(op)
     return text(op.o) and (op.st == 'k' or op.st == 'x') and maybe(text, op.rt)
-      and maybe(text, op.rf) and maybe(number, op.dl)
+      and maybe(text, op.rf) and maybe(number, op.dl) and maybe(number, op.t)
   end,
   rback = function(op) return text(op.o) end,
-  started = function(op) return text(op.u) end,
+  started = function(op) return text(op.u) and maybe(number, op.t) end,
   pace = function(op)
     return text(op.o) and (op.s == 'p' or op.s == 'o' or op.s == 'w') and number(op.t)
   end,
@@ -140,14 +145,21 @@ local CUBE = (1 - BETA) / RECOVERY ^ 3
 local OPEN_WINDOW = 64
 local PACE = {'pg', 'pw', 'pc', 'pk', 'pt', 'pe', 'pn', 'pi', 'pl', 'ps', 'pm', 'pr'}
 
+-- A time a caller gave, on the server's scale: never later than now (a caller's clock
+-- may run ahead of the one that sent now); absent: now.
+local function at_most_now(t)
+  if t == nil then return now end
+  return math.min(t, now)
+end
+
 -- The seconds between two starts in force at origin hash k: its delay or its gap.
 local function spacing_of(dl, pg)
   dl, pg = tonumber(dl) or 0, tonumber(pg) or 0
   return math.max(dl, pg)
 end
 
--- A request to origin o starts now (Pace.started).
-local function pace_started(o)
+-- A request to origin o started at time now (Pace.started).
+local function pace_started(o, now)
   local k = okey(o)
   local h = redis.call('HMGET', k, 'pt', 'pe', 'pi', 'pl')
   local cut, epoch, interval, last = tonumber(h[1]) or -1, tonumber(h[2]) or -1,
@@ -354,10 +366,12 @@ for i, op in ipairs(ops) do
       unlease(op.u, o)
       -- One at a time with a delay: the next waits a delay after this one's end
       -- (OriginScheduler.answered), as its request may have reached the server late.
+      -- The end is the answer's, as the caller timed it (never later than now): this
+      -- call comes after the record is written, which is no part of the host's wait.
       local dl = tonumber(redis.call('HGET', okey(o), 'dl')) or 0
       if dl > 0 and mph == 1 then
         local nx = tonumber(redis.call('HGET', okey(o), 'nx')) or 0
-        redis.call('HSET', okey(o), 'nx', math.max(nx, now + dl))
+        redis.call('HSET', okey(o), 'nx', math.max(nx, at_most_now(op.t) + dl))
       end
       make_ready(o)
     elseif st == 'q' then
@@ -404,7 +418,7 @@ for i, op in ipairs(ops) do
         -- The delay runs from the answer's end (see OriginScheduler.robots_settled).
         local h = redis.call('HMGET', ok, 'nx', 'dl', 'pg')
         local nx = tonumber(h[1]) or 0
-        redis.call('HSET', ok, 'nx', math.max(nx, now + spacing_of(h[2], h[3])))
+        redis.call('HSET', ok, 'nx', math.max(nx, at_most_now(op.t) + spacing_of(h[2], h[3])))
       end
       make_ready(op.o)
       result = 1
@@ -413,10 +427,11 @@ for i, op in ipairs(ops) do
     local o = mine(op.u)
     if o then
       clear_unstarted(o, op.u)
+      local at = at_most_now(op.t)
       local h = redis.call('HMGET', okey(o), 'nx', 'dl', 'pg')
       local nx, dl = tonumber(h[1]) or 0, spacing_of(h[2], h[3])
-      redis.call('HSET', okey(o), 'nx', math.max(nx, now + dl))
-      pace_started(o)
+      redis.call('HSET', okey(o), 'nx', math.max(nx, at + dl))
+      pace_started(o, at)
       make_ready(o)
       result = 1
     end

@@ -1,5 +1,5 @@
 """``python -m trio_crawler``: the same command as ``trio-crawler``."""
 
-from trio_crawler._cli import main
+from trio_crawler._cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import logging
 import os
 import signal
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
 # main is the console entry point; ENGINES and parse_args are _cli_args', named here too
 # for code that reads them from the command's module.
-__all__ = ["ENGINES", "HEAP_TOP_PAD", "main", "parse_args"]
+__all__ = ["ENGINES", "HEAP_TOP_PAD", "main", "parse_args", "run"]
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -90,6 +91,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _silence_closed_pipes()
             return EXIT_INTERRUPTED
         raise
+
+
+def run() -> int:
+    """The console command (``trio-crawler``, ``python -m trio_crawler``): :func:`main`,
+    then the process is ready to end at once.
+
+    What remains once main() returns is the interpreter's teardown, whose garbage
+    collections walk every object the crawl left: a tenth of a second and more on every
+    exit, which each process of a shared crawl adds to the crawl's wall time. By then the
+    outputs are closed and the report written, so the objects are frozen (left out of those
+    collections) and their memory goes back with the process. main() itself leaves the
+    collector alone, for a program that calls it and goes on."""
+    status = main()
+    gc.freeze()
+    return status
 
 
 def _silence_closed_pipes() -> None:

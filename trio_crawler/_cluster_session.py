@@ -113,6 +113,9 @@ class Window(Protocol):
         """
 
 
+# Seconds a leaving process waits for the server to confirm it stopped listening.
+UNSUBSCRIBE_WAIT = 0.01
+
 # Readings of the server's clock a process takes as it joins, keeping the one with the
 # shortest round trip (see ClusterSession._read_server_clock): a few milliseconds in all.
 CLOCK_READINGS = 5
@@ -549,8 +552,17 @@ class ClusterSession:
         ``wake`` the window; started once subscribed. A server lost ends the listening,
         logged: the calls notice it and stop the crawl."""
         channel = self.prefix + "events"
-        async with self._client.pubsub(
-            channels=[channel], ignore_subscribe_messages=True
+        # Made as the client's pubsub() makes it, with a shorter unsubscription timeout:
+        # leaving, coredis unsubscribes and then reads the channel for the whole timeout
+        # (0.1 s by default) before it lets go, a tenth of a second on every process's
+        # exit, for a connection about to close.
+        from coredis.patterns.pubsub import PubSub
+
+        async with PubSub[str](
+            self._client.connection_pool,
+            channels=[channel],
+            ignore_subscribe_messages=True,
+            unsubscription_timeout=UNSUBSCRIBE_WAIT,
         ) as messages:
             task_status.started()
             try:

@@ -7,7 +7,7 @@ whole crawl is read back and checked:
 
 * pending = queued + leased, and each count matches the URLs in that state;
 * no URL is both queued and leased; each queued URL has exactly one live entry in its
-  origin's queue; each lease has exactly one holder;
+  origin's queue; each lease has exactly one holder, which counts it among its own;
 * done is final, and so is finished, which is set exactly when nothing is pending;
 * the seen set is exactly the URLs ever added (the model's).
 
@@ -20,6 +20,7 @@ import json
 import os
 import random
 import re
+from collections import Counter
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from redis_server import running_redis
 from trio_crawler import _cluster_scripts
 from trio_crawler._cluster import entry_url, parse_entry
 from trio_crawler._cluster_scripts import CREATE, DETAILS, STATUS, STEP
+from trio_crawler._cluster_session import _ready_time
 
 SEED = int(os.environ.get("CLUSTER_SCRIPT_SEED", "20261124"))
 STEPS = int(os.environ.get("CLUSTER_SCRIPT_STEPS", "300"))
@@ -48,6 +50,7 @@ async def snapshot(client: Any) -> dict[str, Any]:
     urls = await client.hgetall(P + "urls")
     leases = await client.zrange(P + "leases", 0, -1)
     held = await client.hgetall(P + "held")
+    holds = await client.hgetall(P + "holds")
     origins = {}
     queues = {}
     for key in ORIGINS:
@@ -58,6 +61,7 @@ async def snapshot(client: Any) -> dict[str, Any]:
         "urls": urls,
         "leases": set(leases),
         "held": held,
+        "holds": {owner: int(count) for owner, count in holds.items()},
         "origins": origins,
         "queues": queues,
         "started": set(await client.smembers(P + "started")),
@@ -77,6 +81,8 @@ def check(state: dict[str, Any], seen: set[str], done_before: set[str], context:
     assert int(meta["leased"]) == len(leased) + len(fetching), context
     assert state["leases"] == set(state["held"]), context
     assert state["leases"] == leased | {"r " + key for key in fetching}, context
+    holders = Counter(value.split("\n", 1)[0] for value in state["held"].values())
+    assert state["holds"] == dict(holders), f"each process's count of its leases: {context}"
     for key in ORIGINS:
         o = state["origins"][key]
         if not o:
@@ -105,12 +111,19 @@ def check(state: dict[str, Any], seen: set[str], done_before: set[str], context:
     assert int(meta["sdone"]) == len(started & done), context
 
 
-@pytest.mark.parametrize("budget", [None, 12], ids=["no-budget", "max-pages-12"])
+@pytest.mark.parametrize(
+    ("budget", "delay"),
+    [(None, "0"), (12, "0"), (None, "0.002")],
+    ids=["no-budget", "max-pages-12", "delay-lease-ahead"],
+)
 @pytest.mark.trio
 async def test_script_invariants_hold_under_random_batches(
-    tmp_path: Path, budget: int | None
+    tmp_path: Path, budget: int | None, delay: str
 ) -> None:
-    rng = random.Random(f"{SEED}-{budget}")
+    """With a delay, dones and robots.txt settled ask for their origin's next URL ahead
+    (``a``) at random, with the times they measured (``t``)."""
+    rng = random.Random(f"{SEED}-{budget}-{delay}")
+    ahead = delay != "0"
     options = json.dumps({"max_pages": budget})
     ever_spent = False
     with running_redis(tmp_path / "redis") as server:
@@ -119,13 +132,27 @@ async def test_script_invariants_hold_under_random_batches(
             root = POOL[0]
             answer = await create(
                 keys=[P + "meta"],
-                args=[P, "", json.dumps([root]), options, "1", "0", "2", "10", root, origin(root)],
+                args=[
+                    P,
+                    "",
+                    json.dumps([root]),
+                    options,
+                    "1",
+                    delay,
+                    "2",
+                    "10",
+                    root,
+                    origin(root),
+                ],
             )
             assert answer[0] == "created"
             seen = {root}
-            held: dict[str, set[str]] = {owner: set() for owner in ("o1", "o2", "o3")}
+            # With lease ahead, two processes: a third waiting empty-handed would stop it.
+            owners = ("o1", "o2") if ahead else ("o1", "o2", "o3")
+            held: dict[str, set[str]] = {owner: set() for owner in owners}
             done_before: set[str] = set()
             finished = False
+            leased_ahead = 0
             for number in range(STEPS):
                 owner = rng.choice(list(held))
                 ops: list[dict[str, Any]] = []
@@ -153,6 +180,8 @@ async def test_script_invariants_hold_under_random_batches(
                             ops.append({"k": "back", "u": member, "e": entry, "w": 0})
                         else:
                             ops.append({"k": kind, "u": member, "o": origin(member), "rec": 1})
+                            if ahead and kind == "done" and rng.random() < 0.7:
+                                ops[-1].update(a=1, t=rng.choice([0.0, 4e9]))
                     elif kind == "done":  # someone else's, or a URL nobody holds
                         url = rng.choice(POOL)
                         ops.append({"k": "done", "u": url, "o": origin(url), "rec": 1})
@@ -165,6 +194,8 @@ async def test_script_invariants_hold_under_random_batches(
                                 ops.append({"k": "rback", "o": key})
                             else:
                                 ops.append({"k": "robots", "o": key, "st": settle, "rt": "allow"})
+                                if ahead and rng.random() < 0.7:
+                                    ops[-1]["a"] = 1
                     elif kind == "renew" and mine:
                         ops.append({"k": "renew", "u": mine})
                 if rng.random() < 0.7:
@@ -185,6 +216,7 @@ async def test_script_invariants_hold_under_random_batches(
                 for item in answer["l"] if isinstance(answer["l"], list) else []:
                     member = "r " + item[1] if item[0] == "r" else entry_url(item[1])
                     assert member in held[owner], f"leased but not held: {context}"
+                    leased_ahead += item[0] == "p" and item[2] > 0
                 was_finished = finished
                 finished = state["meta"]["fin"] == "1"
                 assert not (was_finished and not finished), f"finished was undone: {context}"
@@ -196,6 +228,7 @@ async def test_script_invariants_hold_under_random_batches(
                     assert pending == len(counted - done_before), context
                     ever_spent = ever_spent or spent
             assert done_before, "no URL was ever done: the run tested little"
+            assert leased_ahead or not ahead, "nothing was leased ahead: the run tested little"
             if budget is not None:
                 assert ever_spent, "the budget was never spent: the run tested little"
 
@@ -418,3 +451,86 @@ async def test_a_hosts_delay_runs_from_the_times_the_caller_gives(tmp_path: Path
             assert leased(answer) == [], answer
             assert answer["w"] == pytest.approx(1.3), answer
             assert leased(await call("a", 1002.3, [lease], prefix=third)) == urls[:1]
+
+
+@pytest.mark.trio
+async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share(
+    tmp_path: Path,
+) -> None:
+    """A done operation with ``a`` leases its origin's next URL to the caller at once,
+    with the seconds until the origin's delay ends: no process needs waking for it then.
+    Not while another process waits with nothing at all, nor beyond the caller's share of
+    the leases (all of them over the processes that hold or wait for some, and one more):
+    that origin goes to 'ready', and the idle processes are told when it will be ready
+    ("work N T"), not woken for it now. Nor while an origin whose time has come waits in
+    'ready' for a worker, which would wait longer."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create, step = client.register_script(CREATE), client.register_script(STEP)
+
+            async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
+                args = [P, str(at), owner, "60", json.dumps(ops)]
+                answer: dict[str, Any] = json.loads(await step(keys=[P + "meta"], args=args))
+                return answer
+
+            def leased(answer: dict[str, Any]) -> list[tuple[str, float]]:
+                return [(entry_url(item[1]), item[2]) for item in answer["l"] or []]
+
+            def done(url: str, ended: float, *, ahead: bool = True) -> dict[str, Any]:
+                op = {"k": "done", "u": url, "o": origin(url), "rec": 1, "t": ended}
+                return {**op, "a": 1} if ahead else op
+
+            origins = [f"http://h{n}.test" for n in range(6)]
+            roots = [f"{key}/" for key in origins]
+            # No robots.txt, no pace, a delay of 2 s, one request at a time to a host.
+            args = [P, "1000", json.dumps(roots), json.dumps({"adapt": False}), "0", "2", "1"]
+            args += ["10", *[item for root in roots for item in (root, origin(root))]]
+            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+            adds = [
+                {"k": "add", "o": key, "u": [f"{key}/{n}" for n in range(1, 4)], "d": 1,
+                 "r": 10, "s": 0, "f": False, "q": True}
+                for key in origins
+            ]  # fmt: skip
+            await call("o1", 1000, adds)
+            first = leased(await call("o1", 1000, [{"k": "lease", "n": 6}]))
+            assert [url for url, _ in first] == roots
+            assert all(wait <= 0 for _, wait in first), "each could go since its delay ended"
+
+            # Alone, o1 gets h0's next page, to start 2 s after the answer ended.
+            answer = await call("o1", 1000.5, [done(roots[0], 1000.4)])
+            assert leased(answer) == [(f"{origins[0]}/1", pytest.approx(1.9))]
+
+            async with client.pubsub(
+                channels=[P + "events"], ignore_subscribe_messages=True
+            ) as events:
+                assert leased(await call("o2", 1000.6, [{"k": "lease", "n": 4}])) == []
+                # o2 waits with nothing: o1 leaves h1 to it.
+                answer = await call("o1", 1000.7, [done(roots[1], 1000.6)])
+                assert leased(answer) == []
+                told = None
+                for _ in range(5):  # a subscription's acknowledgement reads as None
+                    message = await events.get_message(timeout=5)
+                    if message is not None:
+                        told = message["data"]
+                        break
+                assert told == f"work {answer['n']} 1002.600000"
+                answer = await call("o2", 1002.6, [{"k": "lease", "n": 4}])
+                assert leased(answer) == [(f"{origins[1]}/1", 0)]
+            # o1 holds 5 of 6 leases: past its share of 4, it leaves h2 to the others.
+            assert leased(await call("o1", 1002.7, [done(roots[2], 1002.6)])) == []
+            # h2 waits for a worker from 1004.6 on: o2, below its share, leases nothing
+            # ahead, and its next lease takes h2.
+            assert leased(await call("o2", 1004.7, [done(f"{origins[1]}/1", 1002.8)])) == []
+            assert leased(await call("o2", 1004.7, [{"k": "lease", "n": 1}])) == [
+                (f"{origins[2]}/1", pytest.approx(-0.1))
+            ]
+
+
+def test_a_work_message_says_when_the_work_is_ready() -> None:
+    """``work N T`` gives the server time at which work will be ready; ``work N``, or a T
+    that is no time, means work is ready now."""
+    assert _ready_time("1002.600000") == pytest.approx(1002.6)
+    assert _ready_time("") is None
+    assert _ready_time("nan") is None
+    assert _ready_time("inf") is None
+    assert _ready_time("soon") is None

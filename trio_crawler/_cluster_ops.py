@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 LOGGER = logging.getLogger("trio_crawler")
 
 Operation = dict[str, Any]
-# The operations after which work may be ready that was not: links queued, robots.txt
-# settled (its origin's pages), requests given back, a URL done or started (a slot under
-# --max-per-host, or the start an origin with a delay waits for). Only a renewal is not.
-MAKES_WORK = frozenset({"add", "seen", "robots", "back", "rback", "done", "drop", "started"})
+# The operations after which work may be ready at once that was not: links queued,
+# robots.txt settled (its origin's pages), requests given back, a URL done (a slot under
+# --max-per-host). A start is not: the origin it frees may go a delay later at the soonest
+# (only starts at origins with a delay are told), which the server announces to the
+# processes that wait with a timed "work" message (lua/prelude.lua's finish_check).
+MAKES_WORK = frozenset({"add", "seen", "robots", "back", "rback", "done", "drop"})
 
 
 def seconds(answer: object) -> float:
@@ -144,12 +146,15 @@ def give_back_operations(held: Mapping[str, FetchRequest | None]) -> list[Operat
 
 @dataclass(frozen=True, slots=True)
 class Leases:
-    """What a step call leased, read: robots.txt fetches by origin, requests, and the
-    URLs of entries too damaged to fetch (to be dropped)."""
+    """What a step call leased, read: robots.txt fetches by origin, requests, the URLs of
+    entries too damaged to fetch (to be dropped), and for each request the seconds from the
+    call until its origin may go (lua/step.lua's lease_origin; 0 or less: it could go since
+    then; more: it was leased ahead of its time)."""
 
     robots: list[str]
     pages: list[FetchRequest]
     damaged: list[str]
+    waits: dict[str, float]
 
 
 def read_leases(leased: list[Any]) -> Leases:
@@ -157,11 +162,17 @@ def read_leases(leased: list[Any]) -> Leases:
     robots: list[str] = []
     pages: list[FetchRequest] = []
     damaged: list[str] = []
+    waits: dict[str, float] = {}
     for item in leased:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], str)):
+        if not (
+            isinstance(item, list)
+            and (len(item) == 2 or (len(item) == 3 and _is_wait(item[2])))
+            and (len(item) == 3 or item[0] == "r")
+            and isinstance(item[1], str)
+        ):
             LOGGER.warning("shared frontier: a lease that is not one (%r); skipped", item)
             continue
-        kind, value = item
+        kind, value = item[:2]
         if kind == "r":
             robots.append(value)
             continue
@@ -171,7 +182,12 @@ def read_leases(leased: list[Any]) -> Leases:
             damaged.append(entry_url(value))
             continue
         pages.append(request)
-    return Leases(robots, pages, damaged)
+        waits[request.url] = round(float(item[2]), 6)  # the server's clock's microseconds
+    return Leases(robots, pages, damaged, waits)
+
+
+def _is_wait(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True, slots=True)

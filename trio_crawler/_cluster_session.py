@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import logging
+import math
 import os
 import secrets
 import socket
@@ -121,6 +123,16 @@ UNSUBSCRIBE_WAIT = 0.01
 CLOCK_READINGS = 5
 
 
+def _ready_time(text: str) -> float | None:
+    """The server time a ``work N T`` message gives (T); None for ``work N``, or a T that
+    is no time (the message then means work is ready now, as ``work N`` does)."""
+    try:
+        ready = float(text) if text else None
+    except ValueError:
+        return None
+    return ready if ready is not None and math.isfinite(ready) else None
+
+
 class ClusterSession:
     """The session of one process with one shared crawl (see the module docstring).
 
@@ -158,6 +170,9 @@ class ClusterSession:
         # answered that asked for a lease, which makes older "work" messages stale.
         self.idle_until: float | None = None
         self.last_call = 0
+        # The engine's clock as the last step call sent it: the time its answer's
+        # relative times (a lease ahead's wait) count from.
+        self.sent_at = 0.0
         # With --max-pages, the crawl's budget as the last answer said: whether it is
         # spent, and how many URLs it counted are not done (here or elsewhere).
         self.budget: tuple[bool, int] | None = None
@@ -399,21 +414,19 @@ class ClusterSession:
         run = self.runtime.shielded
         payload = json.dumps(ops, separators=(",", ":"))
         give_up = self.now() + self.lease
+        keys = [self.prefix + "meta"]
         pause = 0.1
         while True:
             try:
-                raw = await run(
-                    lambda: self._step(
-                        keys=[self.prefix + "meta"],
-                        args=[
-                            self.prefix,
-                            self.server_clock(),
-                            self.owner,
-                            str(self.lease),
-                            payload,
-                        ],
-                    )
-                )
+                self.sent_at = self.now()
+                args = [
+                    self.prefix,
+                    repr(self.runtime.wall_time(self.sent_at)),
+                    self.owner,
+                    str(self.lease),
+                    payload,
+                ]
+                raw = await run(functools.partial(self._step, keys=keys, args=args))
                 answer = json.loads(raw)
                 if not isinstance(answer, dict):
                     raise ValueError(f"not an answer: {raw!r:.80}")
@@ -575,10 +588,18 @@ class ClusterSession:
                     elif isinstance(data, str) and data.startswith("work"):
                         # A lease of this process's, answered after the call that made the
                         # work, already took what there was: that message is stale.
-                        number = data.removeprefix("work").strip()
+                        number, _, when = data.removeprefix("work").strip().partition(" ")
                         if number.isdigit() and int(number) <= self.last_call:
                             continue
-                        self.idle_until = None
+                        ready = _ready_time(when)
+                        if ready is None:
+                            self.idle_until = None  # work is ready now: ask for it
+                        elif self.idle_until is not None:
+                            # Work will be ready then, sooner than this process would look.
+                            at = ready - self.runtime.wall_offset
+                            if at >= self.idle_until:
+                                continue
+                            self.idle_until = at
                     else:
                         continue
                     wake()

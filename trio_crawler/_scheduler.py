@@ -246,7 +246,8 @@ class OriginScheduler:
             origin.delay = max(self._delay, delay)
 
     def hold_origin(self, key: str, *, not_before: float) -> None:
-        """Hand nothing out for origin ``key`` before ``not_before`` (a kept Retry-After)."""
+        """Hand nothing out for origin ``key`` before ``not_before`` (a kept Retry-After,
+        or a shared crawl's time for the origin, which also orders it among the others)."""
         origin = self._origin_for(key)
         origin.next_start = max(origin.next_start, not_before)
 

@@ -47,6 +47,7 @@ a lost server and the idle wake-ups are timed on the engine's clock.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 from collections import deque
@@ -81,6 +82,7 @@ from ._frontier import (
     Resumed,
     Settled,
     Taken,
+    Unfetchable,
 )
 from ._robots import RobotsRules, origin_of
 from ._scheduler import OriginScheduler
@@ -138,6 +140,10 @@ class RedisFrontier:
         self._starting: set[str] = set()
         # URL -> when its last answer ended, on the server's clock, for its done operation.
         self._ended: dict[str, float] = {}
+        # Requests leased ahead whose time has not come (by the engine's clock, a heap with
+        # the URLs still waiting): they hold no worker yet, so they leave room to lease.
+        self._ahead: list[tuple[float, str]] = []
+        self._waiting_ahead: set[str] = set()
         self._pace = SharedPace(adapt=config.adapt)
         self._closed = False
 
@@ -238,6 +244,10 @@ class RedisFrontier:
             self._held["r " + key] = request
             return request
         taken = self.scheduler.take(now=now, start_new=start_new)
+        if isinstance(taken, FetchRequest):
+            self._waiting_ahead.discard(taken.url)
+        elif isinstance(taken, Unfetchable | Disallowed):
+            self._waiting_ahead.discard(taken.request.url)
         if isinstance(taken, Disallowed):
             self._leave(taken.request, {"k": "drop"})
         elif isinstance(taken, FetchRequest):  # leased ahead: spaced by the server's gap
@@ -357,6 +367,7 @@ class RedisFrontier:
         self.scheduler.release(request)
         self._starting.discard(request.url)
         self._ended.pop(request.url, None)
+        self._waiting_ahead.discard(request.url)
         self._held.pop(request.url, None)
         self._ops.append(back_operation(request, wait=wait))
 
@@ -370,7 +381,9 @@ class RedisFrontier:
 
     def next_wakeup(self) -> float | None:
         local = self.scheduler.next_wakeup()
-        remote = self.link.idle_until if self.link.idle_until is not None else None
+        # Nothing to ask the server for once the crawl is finished, or while every worker
+        # has a request (a worker that finishes wakes the dispatcher anyway).
+        remote = None if self.shared.finished or not self._room() else self.link.idle_until
         if remote is not None and math.isinf(remote):
             remote = None
         if local is None:
@@ -378,21 +391,40 @@ class RedisFrontier:
         return local if remote is None else min(local, remote)
 
     def has_work(self, *, starved: bool) -> bool:
-        """Whether :meth:`flush` would send anything now."""
+        """Whether :meth:`flush` would send anything now that should not wait: a start
+        that nothing waits for (see :meth:`started`) goes with the next call."""
         if self._flushing or self.lost is not None or self._closed:
             return False
-        if self._ops or self._dones or self._waiting:
+        if self._dones or self._waiting:
+            return True
+        if any(op["k"] != "started" or op["u"] in self._starting for op in self._ops):
             return True
         return starved and self._want() > 0
 
     def _want(self) -> int:
-        """How many more requests to lease: enough for the idle workers."""
-        if self.shared.finished or not self._scheduling() or self.lost is not None:
-            return 0
+        """How many more requests to lease: enough for the idle workers, unless the server
+        said that nothing is ready until later."""
         if self.link.idle_until is not None and self._now() < self.link.idle_until:
             return 0
+        return self._room()
+
+    def _room(self, *, ahead: bool = False) -> int:
+        """How many more requests the window has workers for (0 once it takes no more):
+        requests leased ahead take a worker only once their time has come, except when
+        more are to be leased ahead (``ahead``), which a worker must be there for then."""
+        if self.shared.finished or not self._scheduling() or self.lost is not None:
+            return 0
         busy = self.scheduler.queued + self.scheduler.in_flight_count + len(self._robots_tickets)
-        return max(0, self.config.max_tasks - busy)
+        free = 0 if ahead else self._not_due()
+        return max(0, self.config.max_tasks - busy + free)
+
+    def _not_due(self) -> int:
+        """How many requests leased ahead wait for their time, in the window."""
+        if self._ahead:
+            now = self._now()
+            while self._ahead and self._ahead[0][0] <= now:
+                self._waiting_ahead.discard(heapq.heappop(self._ahead)[1])
+        return len(self._waiting_ahead)
 
     async def settle(self, request: FetchRequest) -> None:
         """Return once ``request`` is done on the server: its links added, its record made
@@ -461,14 +493,46 @@ class RedisFrontier:
             ops += link_operations(completion, self.scheduler.turns_away)
             waiting.append((completion, then, first, len(ops)))
         self._waiting = []
-        if any(op["k"] in MAKES_WORK for op in ops):
+        if any(self._makes_work(op) for op in ops):
             # This call itself may make work ready (before the lease it carries, which
             # the script applies last): no need to wait for the server's "work" message.
             self.link.idle_until = None
+        self._lease_ahead(ops)
         want = self._want() if lease else 0
         if want > 0:
             ops.append({"k": "lease", "n": want})
         return ops, waiting
+
+    def _makes_work(self, op: Operation) -> bool:
+        """Whether ``op`` may make work ready at once (see MAKES_WORK): a URL done or a
+        robots.txt settled at an origin with a delay frees it a delay later at the soonest
+        (its next URL leased ahead, or announced then with a timed "work" message)."""
+        if op["k"] not in MAKES_WORK:
+            return False
+        return op["k"] not in ("done", "robots") or self._delay_of(op["o"]) <= 0
+
+    def _lease_ahead(self, ops: list[Operation]) -> None:
+        """Ask, with each done or robots.txt operation of an origin with a delay, for the
+        origin's next URL, leased now to be started when its delay ends (their ``a``),
+        while the window has workers for all it holds.
+
+        The server would otherwise hand the origin out only once its delay had ended, to
+        whichever process asked first then, each of them woken for it: a call more per page
+        in every process, and a start late by a round trip and a wake-up. This process, as
+        the one that finished the origin's last page, takes its next and starts it on its
+        own clock when the delay ends, as one process would: the origin held in the window,
+        in line with the others by the time the server gave (see :meth:`_take_leased`).
+        The server leases ahead only while no origin waits there for a worker, so that a
+        crawl short of workers goes in the server's order, and up to this process's share
+        of the crawl's leases, so that the processes share the origins (lua/step.lua).
+        """
+        room = self._room(ahead=True)
+        for op in ops:
+            if room <= 0:
+                break
+            if op["k"] in ("done", "robots") and self._delay_of(op["o"]) > 0:
+                op["a"] = 1
+                room -= 1
 
     async def _answered(
         self,
@@ -503,8 +567,11 @@ class RedisFrontier:
         if isinstance(number, int) and ops and ops[-1]["k"] == "lease":
             self.link.last_call = max(self.link.last_call, number)
         leased = answer.get("l")
-        await self._take_leased(leased if isinstance(leased, list) else [])
-        if isinstance(leased, list) and leased:
+        leased = leased if isinstance(leased, list) else []
+        await self._take_leased(leased)
+        # A lease ahead (of an origin whose time has not come) says nothing of the origins
+        # that are ready.
+        if any(not _ahead(item) for item in leased):
             self.link.idle_until = None
         elif ops and ops[-1]["k"] == "lease":
             # Woken by a "work" message before then. The server's clock is this engine's
@@ -536,6 +603,13 @@ class RedisFrontier:
         for request in pages:
             self._held[request.url] = request
             self._seen.add(request.url)
+            # Its origin goes out here when the server would have let it, in the order
+            # the server keeps: the origin that could go longest ago first.
+            not_before = self.link.sent_at + leases.waits[request.url]
+            self.scheduler.hold_origin(origin_of(request.url), not_before=not_before)
+            if not_before > self.link.sent_at:  # leased ahead: no worker until then
+                heapq.heappush(self._ahead, (not_before, request.url))
+                self._waiting_ahead.add(request.url)
             self.scheduler.enqueue_one(request, first=request.attempt > 1)
 
     async def _learn_origins(self, keys: list[str]) -> None:
@@ -619,6 +693,17 @@ class RedisFrontier:
         self._ops += give_back_operations(leaving)
         self._robots_tickets.clear()
         self._held.clear()
+        self._waiting_ahead.clear()
         if self.lost is None:
             self._scheduling = lambda: False
             await self.sync()
+
+
+def _ahead(item: object) -> bool:
+    """Whether an item of a step call's ``l`` is a URL leased ahead of its origin's time."""
+    return (
+        isinstance(item, list)
+        and len(item) == 3
+        and isinstance(item[2], int | float)
+        and item[2] > 0
+    )

@@ -54,12 +54,15 @@
 --   P leases      zset     lease -> deadline; a lease is a URL, or "r ORIGIN" for
 --                          robots.txt
 --   P held        hash     lease -> "OWNER\nORIGIN\nENTRY"
+--   P holds       hash     owner -> how many leases it holds (above zero only): for the
+--                          share a process may lease ahead (step.lua's below_share)
 --   P started     set      with a budget: the URLs whose first lease counted in it
 --   P owners      hash     owner -> "TIME LEASE": when each process last called the
 --                          step script, and its lease seconds (see orphans())
 --   P idle        set      processes that found nothing to lease; told when work
 --                          comes
---   P events      channel  "work N" (N: the step call that made work ready),
+--   P events      channel  "work N" (N: the step call that made work ready), "work N T"
+--                          (work is ready at T, server time: see finish_check),
 --                          "finished"
 --
 -- Time is the server's: leases and per-host delays are compared across machines
@@ -91,7 +94,12 @@ local STARTED = P .. 'started'
 local OWNERS = P .. 'owners'
 local EVENTS = P .. 'events'
 local PACED = P .. 'paced'
+local HOLDS = P .. 'holds'
+-- Whether an origin became ready to go now, so that the idle processes are told to call
+-- at once; and the earliest time an origin in 'ready' could go, as the script began (nil:
+-- none), so that they are told of an earlier one (see finish_check).
 local woke = false
+local first_ready = nil
 -- The number of the step call running (set by step.lua), sent with "work" so that a
 -- process can tell a message its own later call already answered for.
 local this_call = 0
@@ -137,8 +145,15 @@ local function make_ready(o)
     redis.call('ZREM', READY, o)
     return
   end
-  redis.call('ZADD', READY, tonumber(h[5]) or 0, o)
-  woke = true
+  local at = tonumber(h[5]) or 0
+  redis.call('ZADD', READY, at, o)
+  if at <= now then woke = true end
+end
+
+-- The earliest time an origin in 'ready' could go; nil when none is there.
+local function ready_first()
+  local first = redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
+  return first[2] and tonumber(first[2]) or nil
 end
 
 local function count(field, by) redis.call('HINCRBY', META, field, by) end
@@ -173,19 +188,27 @@ local function leave_budget(url, unfetched)
 end
 
 -- A lease ends (done, given back, or run out): the counts that go with it.
-local function unlease(member, o)
-  redis.call('HDEL', HELD, member)
-  redis.call('ZREM', LEASES, member)
-  count('leased', -1)
-  redis.call('HINCRBY', okey(o), 'fl', -1)
-end
-
 -- Who holds a lease, for which origin, and the entry it was leased with.
 local function held_by(member)
   local h = redis.call('HGET', HELD, member)
   if not h then return nil end
   local owner, o, entry = string.match(h, '^([^\n]*)\n([^\n]*)\n(.*)$')
   return owner, o, entry
+end
+
+-- A process's count of the leases it holds goes up or down by one ('holds' keeps only
+-- counts above zero: a crawl an earlier trio-crawler began has none for its leases).
+local function hold(who, by)
+  if redis.call('HINCRBY', HOLDS, who, by) <= 0 then redis.call('HDEL', HOLDS, who) end
+end
+
+local function unlease(member, o)
+  local who = held_by(member)
+  if who then hold(who, -1) end
+  redis.call('HDEL', HELD, member)
+  redis.call('ZREM', LEASES, member)
+  count('leased', -1)
+  redis.call('HINCRBY', okey(o), 'fl', -1)
 end
 
 -- A leased URL goes back to the head of its origin's queue (the caller has
@@ -232,17 +255,28 @@ local function reclaim()
   end
 end
 
--- At the end of a script that changed the crawl: finished when nothing is
--- pending, and the idle processes told when an origin became ready.
+-- At the end of a script that changed the crawl: finished when nothing is pending; the
+-- idle processes told when an origin became ready now ("work N": they call, and those
+-- that find nothing say so again), or told the time when one will be ready sooner than
+-- any was ("work N T": each waits until then at most, and stays idle). Every idle
+-- process waits at most until the earliest time in 'ready' as it last called, which
+-- never comes earlier untold; so a host whose delay ends later than that, the broad
+-- crawl's usual case, costs no process a call.
 local function finish_check()
   local m = redis.call('HMGET', META, 'queued', 'leased', 'fin')
   if m[3] == '0' and tonumber(m[1]) == 0 and tonumber(m[2]) == 0 then
     redis.call('HSET', META, 'fin', '1')
     redis.call('PUBLISH', EVENTS, 'finished')
   end
-  if woke and redis.call('SCARD', IDLE) > 0 then
+  if redis.call('SCARD', IDLE) == 0 then return end
+  if woke then
     redis.call('DEL', IDLE)
     redis.call('PUBLISH', EVENTS, 'work ' .. this_call)
+    return
+  end
+  local first = ready_first()
+  if first and first > now and (first_ready == nil or first < first_ready) then
+    redis.call('PUBLISH', EVENTS, 'work ' .. this_call .. ' ' .. string.format('%.6f', first))
   end
 end
 
@@ -261,31 +295,29 @@ local function push_entries(o, entries, first)
   make_ready(o)
 end
 
--- The leases whose holder stopped renewing them, the latest of their deadlines
--- (nil when there is none), and the time at which the first live holder would
--- count as stopped if it made no call till then (nil: none): what an idle
--- process waits for, and why. A process renews its leases every third of its
--- lease, in a step call, which notes the time in 'owners'; one that has made no
--- call for half a lease has missed a renewal by half a period again, so it
--- stopped (it was killed, or is cut off from the server), and its leases come
--- back at their deadlines.
+-- The leases whose holder stopped renewing them, the time by which the last of them
+-- runs out (nil when there is none), and the time at which the first live holder would
+-- count as stopped if it made no call till then (nil: none): what an idle process waits
+-- for, and why. A process renews its leases every third of its lease, in a step call,
+-- which notes the time in 'owners'; one that has made no call for half a lease has
+-- missed a renewal by half a period again, so it stopped (it was killed, or is cut off
+-- from the server), and its leases come back at their deadlines, each set in one of its
+-- calls, so by its last call and a lease at the latest. Read from the counts in 'holds'
+-- and the calls in 'owners': a look per process, not per lease (a broad crawl holds a
+-- lease for nearly every host).
 local function orphans()
   local count, latest, suspect = 0, nil, nil
-  local alive = {}
-  local leases = redis.call('ZRANGE', LEASES, 0, -1, 'WITHSCORES')
-  for i = 1, #leases, 2 do
-    local holder = held_by(leases[i])
-    if holder and alive[holder] == nil then
-      local seen = redis.call('HGET', OWNERS, holder)
-      local at, span = string.match(seen or '', '^(%S+) (%S+)$')
-      local stops = at and tonumber(at) + tonumber(span) / 2
-      alive[holder] = stops ~= nil and now <= stops
-      if alive[holder] and (suspect == nil or stops < suspect) then suspect = stops end
-    end
-    if holder and not alive[holder] then
-      count = count + 1
-      local deadline = tonumber(leases[i + 1])
-      if latest == nil or deadline > latest then latest = deadline end
+  local holds = redis.call('HGETALL', HOLDS)
+  for i = 1, #holds, 2 do
+    local seen = redis.call('HGET', OWNERS, holds[i])
+    local at, span = string.match(seen or '', '^(%S+) (%S+)$')
+    at, span = tonumber(at), tonumber(span)
+    if at and span and now <= at + span / 2 then
+      if suspect == nil or at + span / 2 < suspect then suspect = at + span / 2 end
+    else
+      count = count + tonumber(holds[i + 1])
+      local back = at and span and at + span or now
+      if latest == nil or back > latest then latest = back end
     end
   end
   return count, latest, suspect

@@ -16,14 +16,16 @@
 --              written)
 --   seen    u (URLs robots.txt turns away): seen, not queued -> the new ones (a list)
 --   done    u, o, rec (1: it has a record), x (1: a failure; absent: 0), t (when
---           its answer ended; absent: now)
+--           its answer ended; absent: now), a (1: the caller has a worker for the
+--           origin's next URL: leased to it now, ahead of its time, while the caller
+--           holds less than its share; see lease_origin and below_share)
 --           -> 1 if it was queued or leased (now done), 0 if done already or unseen
 --   drop    u, o: leaves without a record (robots.txt forbids it, or it was
 --           unreadable) -> as done
 --   back    u, e (the entry, with its attempt), w (seconds its origin waits):
 --           given back -> 1 if the caller held it
 --   robots  o, st (k|x), rt (rules text), rf (failure), dl (new delay, or absent),
---           t (when its answer ended; absent: now)
+--           t (when its answer ended; absent: now), a (as for done)
 --           -> 1 if the caller held the origin's robots.txt lease
 --   rback   o: a robots.txt lease given back unfetched -> 1 if the caller held it
 --   started u, t (when; absent: now): the request went out: its origin's delay
@@ -38,21 +40,22 @@
 --           a budget, a URL's first lease counts in it, and once it is spent
 --           only URLs counted before are leased (and no robots.txt)
 -- Returns  JSON: {"r": the results, in the operations' order,
---                 "l": what was leased, ["p", entry] | ["r", origin],
+--                 "l": what was leased, ["p", entry, seconds until it may
+--                      start (0 or less: since when it could)] | ["r", origin],
 --                 "c": the counts, as in prelude.lua's counts(),
 --                 "w": seconds until an origin's delay ends (-1: none waits),
 --                 "x": seconds until a lease runs out (-1: none is held);
---                      both computed only when nothing was leased,
+--                      both computed only when nothing was leased (leases ahead aside),
 --                 "n": this call's number (see "work" in prelude.lua),
 --                 "b": with a budget (--max-pages): {1 if it is spent else 0,
 --                      the URLs it counted that are not done}; absent without,
---                 "o": when nothing was leased and some leases are held by
+--                 "o": when nothing was leased (as for "w") and some leases are held by
 --                      processes that stopped renewing (prelude.lua's
 --                      orphans()): {how many, seconds until the last comes
 --                      back}; absent otherwise,
 --                 "y": seconds until a process that holds leases would count as
 --                      stopped, if it made no call till then (-1: none does;
---                      computed only when nothing was leased), so that an idle
+--                      computed only as "w" is), so that an idle
 --                      process can look again then, and say so};
 --          {"gone": 1} when the prefix holds no crawl of this layout;
 --          {"bad": i} when operation i (from 1; 0: the list itself) is not one
@@ -101,13 +104,14 @@ local SHAPES = {
   seen = function(op) return texts(op.u) end,
   done = function(op)
     return text(op.u) and text(op.o) and number(op.rec) and maybe(number, op.x)
-      and maybe(number, op.t)
+      and maybe(number, op.t) and maybe(number, op.a)
   end,
   drop = function(op) return text(op.u) and text(op.o) end,
   back = function(op) return text(op.u) and entry(op.e) and maybe(number, op.w) end,
   robots = function(op)
     return text(op.o) and (op.st == 'k' or op.st == 'x') and maybe(text, op.rt)
       and maybe(text, op.rf) and maybe(number, op.dl) and maybe(number, op.t)
+      and maybe(number, op.a)
   end,
   rback = function(op) return text(op.o) end,
   started = function(op) return text(op.u) and maybe(number, op.t) end,
@@ -127,6 +131,7 @@ if redis.call('HGET', META, 'v') ~= LAYOUT then return cjson.encode({gone = 1}) 
 this_call = redis.call('HINCRBY', META, 'calls', 1)
 redis.call('HSET', OWNERS, owner, now .. ' ' .. lease_for)
 local fin = redis.call('HGET', META, 'fin') == '1'
+first_ready = ready_first()
 local results = {}
 local leased = {}
 
@@ -243,81 +248,138 @@ local function pace_answer(o, s, t)
   return 0
 end
 
--- Lease up to n requests from the ready origins, after reclaiming the leases
--- that ran out: an origin whose robots.txt is unknown gives its robots.txt
--- first; one with a delay gives one URL, and waits until it is started.
+-- Lease origin o's next requests to the caller while this call has leased fewer than n:
+-- its robots.txt if its rules are unknown (or a day old), else its queued URLs, one if it
+-- has a delay, which then holds it until that one starts. Each URL is leased as
+-- {"p", entry, nx - now}: when its origin could go (nx), in seconds from the call's
+-- clock, so that the process hands its URLs out as the server would, the origin that
+-- has waited longest first. An origin whose time has not come yet (nx later than now) is
+-- leased only ahead, for a done or robots operation's "a", and only its URLs.
+local function lease_origin(o, n, ahead)
+  local k = okey(o)
+  local h = redis.call('HMGET', k, 'rb', 'qn', 'fl', 'us', 'dl', 'pg', 'pw', 'ra', 'nx')
+  local rb, qn, fl, us = h[1], tonumber(h[2]), tonumber(h[3]), h[4]
+  local dl, most = spacing_of(h[5], h[6]), limit_of(h[7])
+  local at = tonumber(h[9]) or 0
+  -- Rules older than a day are asked for again (RFC 9309 section 2.4).
+  if obey and (rb == 'k' or rb == 'x') and now - (tonumber(h[8]) or now) >= 86400 then
+    rb = 'u'
+  end
+  if ahead and not ((rb == 'k' or rb == 'x') and dl > 0 and qn > 0) then return end
+  -- Held back by a spent budget, with nothing changed: the origin is left as it is
+  -- (make_ready would say it is ready, and wake the idle processes for nothing, each of
+  -- whose leases would wake the others).
+  local held_back = false
+  if rb == 'u' and spent() then
+    held_back = true
+  elseif rb == 'u' then
+    local member = 'r ' .. o
+    redis.call('HSET', k, 'rb', 'f', 'nx', now + dl)
+    redis.call('HINCRBY', k, 'fl', 1)
+    count('leased', 1)
+    redis.call('ZADD', LEASES, now + lease_for, member)
+    redis.call('HSET', HELD, member, owner .. '\n' .. o .. '\n')
+    hold(owner, 1)
+    leased[#leased + 1] = {'r', o}
+  elseif rb == 'k' or rb == 'x' then
+    local nx = nil
+    while #leased < n and qn > 0 and us == '' and (not most or fl < most) do
+      local e = redis.call('LPOP', qkey(o))
+      if not e then
+        -- The queue ran dry while qn says more: the count had drifted.
+        count('queued', -qn)
+        qn = 0
+        break
+      end
+      -- An entry whose URL is no longer queued (done meanwhile) was counted out when it
+      -- was done, and is dropped here. One that is no entry at all (written by another
+      -- program) was counted in when it was pushed, as every entry is, so it is counted
+      -- out as it is dropped.
+      local url = string.match(e, '^%d+ %d+ %d+ %d+ (%S+)')
+      if not url then
+        qn = qn - 1
+        count('queued', -1)
+      elseif redis.call('HGET', URLS, url) == 'q' and not may_start(url) then
+        -- The budget is spent, and this URL never started: it stays first in line, and
+        -- its origin gives nothing more.
+        redis.call('LPUSH', qkey(o), e)
+        held_back = qn == tonumber(h[2])
+        break
+      elseif redis.call('HGET', URLS, url) == 'q' then
+        redis.call('HSET', URLS, url, 'l')
+        qn = qn - 1
+        fl = fl + 1
+        count('queued', -1)
+        count('leased', 1)
+        redis.call('ZADD', LEASES, now + lease_for, url)
+        redis.call('HSET', HELD, url, owner .. '\n' .. o .. '\n' .. e)
+        hold(owner, 1)
+        leased[#leased + 1] = {'p', e, at - now}
+        if dl > 0 then
+          us = url
+          nx = math.max(at, now) + dl
+        end
+      end
+    end
+    redis.call('HSET', k, 'qn', qn, 'fl', fl, 'us', us)
+    if nx then redis.call('HSET', k, 'nx', nx) end
+  end
+  if not held_back then make_ready(o) end
+end
+
+-- Whether the caller may lease ahead: no other live process waits with nothing at all
+-- (found nothing to lease, and holds no lease), and the caller holds fewer leases than
+-- its share: all the crawl's leases over the processes that hold some or wait for some,
+-- and one more, so that a share met exactly does not flap. Otherwise the origin goes to
+-- 'ready' for the others: the first process leases every root's robots.txt before the
+-- others join, and would keep every origin for good; one host with a delay would stay
+-- with one process. A process counts as live as orphans() says.
+local share, hungry = nil, false
+local function below_share()
+  if share == nil then
+    local live = redis.call('HLEN', HOLDS)
+    local counted = redis.call('HEXISTS', HOLDS, owner) == 1
+    for _, who in ipairs(redis.call('SMEMBERS', IDLE)) do
+      if redis.call('HEXISTS', HOLDS, who) == 0 then
+        live = live + 1
+        if who == owner then
+          counted = true
+        elseif not hungry then
+          local at, span = string.match(redis.call('HGET', OWNERS, who) or '', '^(%S+) (%S+)$')
+          hungry = at ~= nil and now <= tonumber(at) + tonumber(span) / 2
+        end
+      end
+    end
+    if not counted then live = live + 1 end
+    local total = tonumber(redis.call('HGET', META, 'leased')) or 0
+    share = math.ceil(total / live) + 1
+  end
+  return not hungry and (tonumber(redis.call('HGET', HOLDS, owner)) or 0) < share
+end
+
+-- Lease origin o's next URL ahead to the caller (see lease_origin), counted apart: a
+-- lease ahead says nothing of the origins that are ready, which "w" and the rest tell.
+-- Not while an origin in 'ready' could go now: it waits for a worker, and would wait
+-- longer for one that this origin, leased ahead, took first out of turn.
+local ahead_leased = 0
+local function lease_ahead(o)
+  if #redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, 1) > 0 then return end
+  local before = #leased
+  lease_origin(o, before + 1, true)
+  ahead_leased = ahead_leased + #leased - before
+end
+
+-- Lease up to n requests from the origins whose time has come, after reclaiming the
+-- leases that ran out.
 local function lease(n)
   reclaim()
+  local before = #leased
   local origins = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, n + 16)
   for _, o in ipairs(origins) do
     if #leased >= n then break end
-    local k = okey(o)
-    local h = redis.call('HMGET', k, 'rb', 'qn', 'fl', 'us', 'dl', 'pg', 'pw', 'ra')
-    local rb, qn, fl, us = h[1], tonumber(h[2]), tonumber(h[3]), h[4]
-    local dl, most = spacing_of(h[5], h[6]), limit_of(h[7])
-    -- Rules older than a day are asked for again (RFC 9309 section 2.4).
-    if obey and (rb == 'k' or rb == 'x') and now - (tonumber(h[8]) or now) >= 86400 then
-      rb = 'u'
-    end
-    -- Held back by a spent budget, with nothing changed: the origin is left as
-    -- it is (make_ready would say it is ready, and wake the idle processes for
-    -- nothing, each of whose leases would wake the others).
-    local held_back = false
-    if rb == 'u' and spent() then
-      held_back = true
-    elseif rb == 'u' then
-      local member = 'r ' .. o
-      redis.call('HSET', k, 'rb', 'f', 'nx', now + dl)
-      redis.call('HINCRBY', k, 'fl', 1)
-      count('leased', 1)
-      redis.call('ZADD', LEASES, now + lease_for, member)
-      redis.call('HSET', HELD, member, owner .. '\n' .. o .. '\n')
-      leased[#leased + 1] = {'r', o}
-    elseif rb == 'k' or rb == 'x' then
-      local nx = nil
-      while #leased < n and qn > 0 and us == '' and (not most or fl < most) do
-        local e = redis.call('LPOP', qkey(o))
-        if not e then
-          -- The queue ran dry while qn says more: the count had drifted.
-          count('queued', -qn)
-          qn = 0
-          break
-        end
-        -- An entry whose URL is no longer queued (done meanwhile) was counted
-        -- out when it was done, and is dropped here. One that is no entry at
-        -- all (written by another program) was counted in when it was pushed,
-        -- as every entry is, so it is counted out as it is dropped.
-        local url = string.match(e, '^%d+ %d+ %d+ %d+ (%S+)')
-        if not url then
-          qn = qn - 1
-          count('queued', -1)
-        elseif redis.call('HGET', URLS, url) == 'q' and not may_start(url) then
-          -- The budget is spent, and this URL never started: it stays first in
-          -- line, and its origin gives nothing more.
-          redis.call('LPUSH', qkey(o), e)
-          held_back = qn == tonumber(h[2])
-          break
-        elseif redis.call('HGET', URLS, url) == 'q' then
-          redis.call('HSET', URLS, url, 'l')
-          qn = qn - 1
-          fl = fl + 1
-          count('queued', -1)
-          count('leased', 1)
-          redis.call('ZADD', LEASES, now + lease_for, url)
-          redis.call('HSET', HELD, url, owner .. '\n' .. o .. '\n' .. e)
-          leased[#leased + 1] = {'p', e}
-          if dl > 0 then
-            us = url
-            nx = now + dl
-          end
-        end
-      end
-      redis.call('HSET', k, 'qn', qn, 'fl', fl, 'us', us)
-      if nx then redis.call('HSET', k, 'nx', nx) end
-    end
-    if not held_back then make_ready(o) end
+    lease_origin(o, n, false)
   end
-  if #leased == 0 then
+  if #leased == before and before < n then
     redis.call('SADD', IDLE, owner)
   else
     redis.call('SREM', IDLE, owner)
@@ -374,6 +436,7 @@ for i, op in ipairs(ops) do
         redis.call('HSET', okey(o), 'nx', math.max(nx, at_most_now(op.t) + dl))
       end
       make_ready(o)
+      if op.a == 1 and not fin and below_share() then lease_ahead(o) end
     elseif st == 'q' then
       -- Queued again after its lease ran out: its entry is skipped when it comes up.
       redis.call('HINCRBY', okey(op.o), 'qn', -1)
@@ -421,6 +484,9 @@ for i, op in ipairs(ops) do
         redis.call('HSET', ok, 'nx', math.max(nx, at_most_now(op.t) + spacing_of(h[2], h[3])))
       end
       make_ready(op.o)
+      if k == 'robots' and op.a == 1 and not fin and below_share() then
+        lease_ahead(op.o)
+      end
       result = 1
     end
   elseif k == 'started' then
@@ -451,11 +517,12 @@ for i, op in ipairs(ops) do
 end
 
 finish_check()
--- Nothing leased: how long until an origin's delay ends, and until a lease runs
--- out, so that the caller knows when to ask again (a lease of its own never
--- runs out while it renews it: it need not wake for that one).
+-- Nothing leased (but ahead): how long until an origin's delay ends, and until a lease
+-- runs out, so that the caller knows when to ask again (a lease of its own never runs
+-- out while it renews it: it need not wake for that one).
+local idle = #leased == ahead_leased
 local wait, expiry = -1, -1
-if #leased == 0 then
+if idle then
   -- With the budget spent, a ready origin may hold only URLs that will never
   -- start: no wait is said (a URL given back is told by "work").
   local first = spent() and {} or redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
@@ -466,7 +533,7 @@ end
 -- Nothing leased: the leases of processes that stopped renewing, which may be
 -- what this one waits for (a count, and seconds until the last comes back).
 local stranded, suspect = nil, -1
-if #leased == 0 then
+if idle then
   local count, latest, soonest = orphans()
   if count > 0 then stranded = {count, math.max(0, latest - now)} end
   if soonest then suspect = math.max(0, soonest - now) end

@@ -415,6 +415,8 @@ async def test_a_hosts_delay_runs_from_the_times_the_caller_gives(tmp_path: Path
             # One at a time: the answer ended at 1001.0, the done came at 1001.5.
             await start(P, urls, "1")
             assert leased(await call("a", 1000, [lease])) == urls[:1]
+            # Less than it asked for: it waits for more, and is told when more comes.
+            assert await client.sismember(P + "idle", "a")
             done = {"k": "done", "u": urls[0], "o": ORIGINS[0], "rec": 1}
             started = {"k": "started", "u": urls[0], "t": 1000.2}
             answer = await call("a", 1001.5, [started, {**done, "t": 1001.0}, lease])

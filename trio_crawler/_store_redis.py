@@ -569,11 +569,13 @@ class RedisFrontier:
         leased = answer.get("l")
         leased = leased if isinstance(leased, list) else []
         await self._take_leased(leased)
+        asked = bool(ops) and ops[-1]["k"] == "lease"
         # A lease ahead (of an origin whose time has not come) says nothing of the origins
-        # that are ready.
-        if any(not _ahead(item) for item in leased):
+        # that are ready; a lease that got less than it asked for took all there was.
+        short = asked and len(leased) < ops[-1]["n"]
+        if not short and any(not _ahead(item) for item in leased):
             self.link.idle_until = None
-        elif ops and ops[-1]["k"] == "lease":
+        elif asked:
             # Woken by a "work" message before then. The server's clock is this engine's
             # (see ClusterSession.connect), to the microsecond of its TIME.
             wait = seconds(answer.get("w"))
@@ -583,6 +585,12 @@ class RedisFrontier:
             # Nothing to wait for (inf): no lease is asked for until something changes
             # (a "work" message, or a change of this process's own, see MAKES_WORK).
             self.link.idle_until = self._now() + wait
+        if self.link.idle_until is not None:
+            # Not past the time an origin may go, which a change of this call may have set
+            # (an origin left to 'ready' by a done, a start that frees one).
+            self.link.idle_until = min(
+                self.link.idle_until, self.link.sent_at + seconds(answer.get("w"))
+            )
 
     async def _take_leased(self, leased: list[Any]) -> None:
         """Queue what the server leased to this process in the window."""

@@ -59,7 +59,7 @@
 --   P started     set      with a budget: the URLs whose first lease counted in it
 --   P owners      hash     owner -> "TIME LEASE": when each process last called the
 --                          step script, and its lease seconds (see orphans())
---   P idle        set      processes that found nothing to lease; told when work
+--   P idle        set      processes that found less to lease than they asked; told when work
 --                          comes
 --   P events      channel  "work N" (N: the step call that made work ready), "work N T"
 --                          (work is ready at T, server time: see finish_check),

@@ -44,8 +44,9 @@
 --                      start (0 or less: since when it could)] | ["r", origin],
 --                 "c": the counts, as in prelude.lua's counts(),
 --                 "w": seconds until an origin's delay ends (-1: none waits),
---                 "x": seconds until a lease runs out (-1: none is held);
---                      both computed only when nothing was leased (leases ahead aside),
+--                 "x": seconds until a lease runs out (-1: none is held), computed
+--                      only when nothing was leased (leases ahead aside) or a lease
+--                      got less than it asked for,
 --                 "n": this call's number (see "work" in prelude.lua),
 --                 "b": with a budget (--max-pages): {1 if it is spent else 0,
 --                      the URLs it counted that are not done}; absent without,
@@ -371,6 +372,7 @@ end
 
 -- Lease up to n requests from the origins whose time has come, after reclaiming the
 -- leases that ran out.
+local lease_short = false
 local function lease(n)
   reclaim()
   local before = #leased
@@ -379,7 +381,10 @@ local function lease(n)
     if #leased >= n then break end
     lease_origin(o, n, false)
   end
-  if #leased == before and before < n then
+  -- A lease that got less than it asked for took all there was: its caller waits for
+  -- more, and is told when it comes (the idle processes; see finish_check).
+  lease_short = #leased < n
+  if lease_short then
     redis.call('SADD', IDLE, owner)
   else
     redis.call('SREM', IDLE, owner)
@@ -517,16 +522,18 @@ for i, op in ipairs(ops) do
 end
 
 finish_check()
--- Nothing leased (but ahead): how long until an origin's delay ends, and until a lease
--- runs out, so that the caller knows when to ask again (a lease of its own never runs
--- out while it renews it: it need not wake for that one).
-local idle = #leased == ahead_leased
+-- How long until an origin's delay ends, in every answer: a caller that waits will not
+-- wait past it, though its own change made it (an origin it left to 'ready' finds no
+-- caller in 'idle' to tell). With the budget spent, a ready origin may hold only URLs
+-- that will never start: no wait is said (a URL given back is told by "work").
 local wait, expiry = -1, -1
+local first = spent() and {} or redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
+if first[2] then wait = math.max(0, tonumber(first[2]) - now) end
+-- Nothing leased (but ahead), or less than asked: how long until a lease runs out, so
+-- that the caller knows when to ask again (a lease of its own never runs out while it
+-- renews it: it need not wake for that one).
+local idle = #leased == ahead_leased or lease_short
 if idle then
-  -- With the budget spent, a ready origin may hold only URLs that will never
-  -- start: no wait is said (a URL given back is told by "work").
-  local first = spent() and {} or redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
-  if first[2] then wait = math.max(0, tonumber(first[2]) - now) end
   local soon = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
   if soon[2] then expiry = math.max(0, tonumber(soon[2]) - now) end
 end

@@ -30,9 +30,10 @@ import pytest
 from redis_server import running_redis
 
 from trio_crawler import _cluster_scripts
-from trio_crawler._cluster import entry_url, parse_entry
+from trio_crawler._cluster import SharedCounts, entry_url, parse_entry
 from trio_crawler._cluster_scripts import CREATE, DETAILS, STATUS, STEP
-from trio_crawler._cluster_session import _ready_time
+from trio_crawler._cluster_session import ClusterSession, _ready_time
+from trio_crawler._config import CrawlConfig
 
 SEED = int(os.environ.get("CLUSTER_SCRIPT_SEED", "20261124"))
 STEPS = int(os.environ.get("CLUSTER_SCRIPT_STEPS", "300"))
@@ -536,3 +537,18 @@ def test_a_work_message_says_when_the_work_is_ready() -> None:
     assert _ready_time("nan") is None
     assert _ready_time("inf") is None
     assert _ready_time("soon") is None
+
+
+def test_an_answer_older_than_the_finish_does_not_undo_it() -> None:
+    """The "finished" message and the answers to step calls come on two connections: an
+    answer the server gave before the crawl finished may be read after the message. Finished
+    is final on the server, so such an answer's counts leave the finish as it is."""
+    config = CrawlConfig.create(["http://a.test/"], frontier="redis://127.0.0.1:1/", crawl_id="c")
+    session = ClusterSession(config)
+    session.shared = SharedCounts(0, 0, 5, 0, True, 5)  # as the message left it
+    stale = {"r": [], "c": [1, 1, 4, 0, 0, 5, 0, 0]}
+    session._check_answer(stale, [])
+    assert session.shared.finished
+    fresh = {"r": [], "c": [0, 0, 5, 0, 1, 5, 0, 0]}
+    session._check_answer(fresh, [])
+    assert session.shared == SharedCounts(0, 0, 5, 0, True, 5)

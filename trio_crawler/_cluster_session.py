@@ -473,9 +473,16 @@ class ClusterSession:
             count = len(results) if isinstance(results, list) else 0
             raise self.lose(f"{self.where} answered {count} of {len(ops)} changes")
         try:
-            self.shared = SharedCounts.from_answer(answer.get("c"))
+            counts = SharedCounts.from_answer(answer.get("c"))
         except TypeError as exc:
             raise ValueError(str(exc)) from None
+        # Finished is final (lua/prelude.lua). An answer that says otherwise, read after
+        # the message that said the crawl finished, was given before it: the message and
+        # the answers come on two connections, in no order between them. Taken as it came,
+        # it undid the finish, and the process waited for its next call to learn it again
+        # (seen: 30 s, the wait for a stopped process).
+        if not (self.shared.finished and not counts.finished):
+            self.shared = counts
         if ops and ops[-1]["k"] == "lease":
             self._note_stranded(answer.get("o"))
         budget = answer.get("b")

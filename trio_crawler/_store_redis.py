@@ -30,9 +30,17 @@ for work next. A process stopped by Ctrl-C gives its leases back on the way out.
 
 Termination: the script that brings queued + leased to zero marks the crawl finished and
 publishes ``finished``; every process listens on that channel, so none polls and none
-waits for an idle timer. A process that finds nothing to lease tells the server so, and is
-told (``work``) when something is queued or given back; it also wakes when the earliest
-delay or lease ends, which the server's answer says.
+waits for an idle timer. A process that finds less to lease than it asked for is put among
+the idle ones, and is told (``work``) when something is queued or given back, or when a
+host will be ready sooner than it would look (``work N T``); it also wakes when the
+earliest delay or lease ends, which the server's answer says.
+
+Leases ahead. On a host with a delay, the call that marks a URL done (or settles its
+robots.txt) asks for the host's next URL too, and the server may lease it at once with the
+time the delay ends (:meth:`RedisFrontier._lease_ahead` says when): the window holds the
+host until then and starts it on this process's clock, with no call and no wake-up, as one
+process would. Every leased URL comes with the time its host could go, and the window hands
+hosts out in that order.
 
 Budget. ``--max-pages`` counts the URLs the whole crawl starts: the server counts a URL at
 its first lease (a lease again after one ran out or was given back does not count), and

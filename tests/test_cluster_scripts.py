@@ -125,6 +125,7 @@ async def test_script_invariants_hold_under_random_batches(
     (``a``) at random, with the times they measured (``t``)."""
     rng = random.Random(f"{SEED}-{budget}-{delay}")
     ahead = delay != "0"
+    per_host = "1" if ahead else "2"  # a host's URLs are leased ahead one at a time only
     options = json.dumps({"max_pages": budget})
     ever_spent = False
     with running_redis(tmp_path / "redis") as server:
@@ -140,7 +141,7 @@ async def test_script_invariants_hold_under_random_batches(
                     options,
                     "1",
                     delay,
-                    "2",
+                    per_host,
                     "10",
                     root,
                     origin(root),
@@ -444,6 +445,9 @@ async def test_a_hosts_delay_runs_from_the_times_the_caller_gives(tmp_path: Path
             assert leased(answer) == [], answer
             assert answer["w"] == pytest.approx(1.6), answer
             assert leased(await call("a", 1002.1, [lease], prefix=other)) == urls[1:2]
+            # Nothing is leased ahead there: its delay runs from starts, told by the process.
+            done = {"k": "done", "u": urls[1], "o": ORIGINS[0], "rec": 1, "t": 1002.2, "a": 1}
+            assert leased(await call("a", 1002.3, [done], prefix=other)) == []
 
             # robots.txt: its answer ended at 1000.3, told at 1001.
             third = "trio-crawler:{robots}:"

@@ -283,12 +283,16 @@ class RedisFrontier:
         waits for the note, so it is sent before the request goes (:meth:`before_attempt`).
         """
         self.scheduler.started(request, now=now)
-        if not request.robots and self._delay_of(origin_of(request.url)) > 0:
-            self._ops.append(
-                {"k": "started", "u": request.url, "t": self.link.runtime.wall_time(now)}
-            )
-            if self.config.max_per_host != 1:
-                self._starting.add(request.url)
+        if request.robots or self._delay_of(origin_of(request.url)) <= 0:
+            return
+        op: Operation = {"k": "started", "u": request.url}
+        if self.config.max_per_host == 1:
+            op["t"] = self.link.runtime.wall_time(now)
+        else:
+            # Sent, and answered, before the request goes: the server's clock at the call
+            # is nearer its start than ``now``, a round trip earlier.
+            self._starting.add(request.url)
+        self._ops.append(op)
 
     async def before_attempt(self, request: FetchRequest) -> None:
         """Tell the server that ``request`` starts now, when its host has a delay and may
@@ -533,7 +537,13 @@ class RedisFrontier:
         The server leases ahead only while no origin waits there for a worker, so that a
         crawl short of workers goes in the server's order, and up to this process's share
         of the crawl's leases, so that the processes share the origins (lua/step.lua).
+        Only with one request at a time to a host (``--max-per-host 1``, the broad crawl's
+        setting), whose delay runs from the last answer's end: timed from a start, as with
+        more at a time, a request started on time would come that much early after one
+        whose start was told a round trip before it went out.
         """
+        if self.config.max_per_host != 1:
+            return
         room = self._room(ahead=True)
         for op in ops:
             if room <= 0:

@@ -255,7 +255,9 @@ end
 -- {"p", entry, nx - now}: when its origin could go (nx), in seconds from the call's
 -- clock, so that the process hands its URLs out as the server would, the origin that
 -- has waited longest first. An origin whose time has not come yet (nx later than now) is
--- leased only ahead, for a done or robots operation's "a", and only its URLs.
+-- leased only ahead, for a done or robots operation's "a", and only its URLs, with one
+-- request at a time to a host (--max-per-host 1: its delay runs from the last answer's
+-- end, which the process measured, not from a start told before the request went out).
 local function lease_origin(o, n, ahead)
   local k = okey(o)
   local h = redis.call('HMGET', k, 'rb', 'qn', 'fl', 'us', 'dl', 'pg', 'pw', 'ra', 'nx')
@@ -266,7 +268,9 @@ local function lease_origin(o, n, ahead)
   if obey and (rb == 'k' or rb == 'x') and now - (tonumber(h[8]) or now) >= 86400 then
     rb = 'u'
   end
-  if ahead and not ((rb == 'k' or rb == 'x') and dl > 0 and qn > 0) then return end
+  if ahead and not (mph == 1 and (rb == 'k' or rb == 'x') and dl > 0 and qn > 0) then
+    return
+  end
   -- Held back by a spent budget, with nothing changed: the origin is left as it is
   -- (make_ready would say it is ready, and wake the idle processes for nothing, each of
   -- whose leases would wake the others).

@@ -400,9 +400,10 @@ async def test_delay_and_robots_hold_across_processes(tmp_path: Path, redis: Red
     urls = union(outputs, context)
     assert sorted(urls) == sorted({http.url(path) for path in site.paths()}), context
     gaps = [later - earlier for earlier, later in zip(site.starts, site.starts[1:], strict=False)]
-    # 5 ms below 0.2 s: the test server's own loop timestamps each request late or early
-    # by its scheduling, which the crawler cannot see.
-    assert min(gaps) >= 0.195, f"requests {min(gaps):.3f} s apart: {context}"
+    # 10 ms below 0.2 s, as the broad benchmark allows nginx's log: the test server's own
+    # loop timestamps each request late or early by its scheduling, which the crawler
+    # cannot see (with 5 ms, a CI run of two test processes on two CPUs failed at 0.1949).
+    assert min(gaps) >= 0.19, f"requests {min(gaps):.3f} s apart: {context}"
     counts = [len(read_records(output, context)) for output in outputs]
     assert sum(1 for count in counts if count) >= 2, f"no sharing: {counts}"
 

@@ -605,10 +605,10 @@ class RedisFrontier:
             self.link.idle_until = self._now() + wait
         if self.link.idle_until is not None:
             # Not past the time an origin may go, which a change of this call may have set
-            # (an origin left to 'ready' by a done, a start that frees one).
-            self.link.idle_until = min(
-                self.link.idle_until, self.link.sent_at + seconds(answer.get("w"))
-            )
+            # (an origin left to 'ready' by a done, a start that frees one). Counted from
+            # the answer, as the wait above: a host's delay timed from a start told before
+            # its request went out ends that much early, and the round trip is slack.
+            self.link.idle_until = min(self.link.idle_until, self._now() + seconds(answer.get("w")))
 
     async def _take_leased(self, leased: list[Any]) -> None:
         """Queue what the server leased to this process in the window."""

@@ -156,6 +156,12 @@ class Leases:
     damaged: list[str]
     waits: dict[str, float]
 
+    @property
+    def any_ready(self) -> bool:
+        """Whether any lease is of work ready now (robots.txt, or a URL whose origin could
+        go): a lease ahead alone says nothing of the origins that are ready."""
+        return bool(self.robots) or any(wait <= 0 for wait in self.waits.values())
+
 
 def read_leases(leased: list[Any]) -> Leases:
     """The answer's ``l``, read; what is not a lease is logged and skipped."""

@@ -66,6 +66,7 @@ import anyio
 
 from ._cluster_ops import (
     MAKES_WORK,
+    Leases,
     Operation,
     SharedPace,
     back_operation,
@@ -252,13 +253,13 @@ class RedisFrontier:
             self._held["r " + key] = request
             return request
         taken = self.scheduler.take(now=now, start_new=start_new)
-        if isinstance(taken, FetchRequest):
-            self._waiting_ahead.discard(taken.url)
-        elif isinstance(taken, Unfetchable | Disallowed):
-            self._waiting_ahead.discard(taken.request.url)
         if isinstance(taken, Disallowed):
+            self._waiting_ahead.discard(taken.request.url)
             self._leave(taken.request, {"k": "drop"})
+        elif isinstance(taken, Unfetchable):
+            self._waiting_ahead.discard(taken.request.url)
         elif isinstance(taken, FetchRequest):  # leased ahead: spaced by the server's gap
+            self._waiting_ahead.discard(taken.url)
             self._pace.space(self.scheduler, taken.url, now)
         return OUT_OF_BUDGET if taken is None and self._out_of_budget() else taken
 
@@ -519,9 +520,11 @@ class RedisFrontier:
         """Whether ``op`` may make work ready at once (see MAKES_WORK): a URL done or a
         robots.txt settled at an origin with a delay frees it a delay later at the soonest
         (its next URL leased ahead, or announced then with a timed "work" message)."""
-        if op["k"] not in MAKES_WORK:
-            return False
-        return op["k"] not in ("done", "robots") or self._delay_of(op["o"]) <= 0
+        return op["k"] in MAKES_WORK and not self._frees_later(op)
+
+    def _frees_later(self, op: Operation) -> bool:
+        """Whether ``op`` is a URL done or robots.txt settled at an origin with a delay."""
+        return op["k"] in ("done", "robots") and self._delay_of(op["o"]) > 0
 
     def _lease_ahead(self, ops: list[Operation]) -> None:
         """Ask, with each done or robots.txt operation of an origin with a delay, for the
@@ -548,7 +551,7 @@ class RedisFrontier:
         for op in ops:
             if room <= 0:
                 break
-            if op["k"] in ("done", "robots") and self._delay_of(op["o"]) > 0:
+            if self._frees_later(op):
                 op["a"] = 1
                 room -= 1
 
@@ -586,12 +589,12 @@ class RedisFrontier:
             self.link.last_call = max(self.link.last_call, number)
         leased = answer.get("l")
         leased = leased if isinstance(leased, list) else []
-        await self._take_leased(leased)
+        leases = await self._take_leased(leased)
         asked = bool(ops) and ops[-1]["k"] == "lease"
         # A lease ahead (of an origin whose time has not come) says nothing of the origins
         # that are ready; a lease that got less than it asked for took all there was.
         short = asked and len(leased) < ops[-1]["n"]
-        if not short and any(not _ahead(item) for item in leased):
+        if not short and leases.any_ready:
             self.link.idle_until = None
         elif asked:
             # Woken by a "work" message before then. The server's clock is this engine's
@@ -603,15 +606,15 @@ class RedisFrontier:
             # Nothing to wait for (inf): no lease is asked for until something changes
             # (a "work" message, or a change of this process's own, see MAKES_WORK).
             self.link.idle_until = self._now() + wait
-        if self.link.idle_until is not None:
+        elif self.link.idle_until is not None:
             # Not past the time an origin may go, which a change of this call may have set
             # (an origin left to 'ready' by a done, a start that frees one). Counted from
             # the answer, as the wait above: a host's delay timed from a start told before
             # its request went out ends that much early, and the round trip is slack.
             self.link.idle_until = min(self.link.idle_until, self._now() + seconds(answer.get("w")))
 
-    async def _take_leased(self, leased: list[Any]) -> None:
-        """Queue what the server leased to this process in the window."""
+    async def _take_leased(self, leased: list[Any]) -> Leases:
+        """Queue what the server leased to this process in the window; return it, read."""
         leases = read_leases(leased)
         for key in leases.robots:
             self._robots_tickets.append(key)
@@ -637,6 +640,7 @@ class RedisFrontier:
                 heapq.heappush(self._ahead, (not_before, request.url))
                 self._waiting_ahead.add(request.url)
             self.scheduler.enqueue_one(request, first=request.attempt > 1)
+        return leases
 
     async def _learn_origins(self, keys: list[str]) -> None:
         """Read the robots.txt state and delay of origins new to this process."""
@@ -723,13 +727,3 @@ class RedisFrontier:
         if self.lost is None:
             self._scheduling = lambda: False
             await self.sync()
-
-
-def _ahead(item: object) -> bool:
-    """Whether an item of a step call's ``l`` is a URL leased ahead of its origin's time."""
-    return (
-        isinstance(item, list)
-        and len(item) == 3
-        and isinstance(item[2], int | float)
-        and item[2] > 0
-    )

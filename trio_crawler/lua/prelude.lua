@@ -305,14 +305,24 @@ end
 -- calls, so by its last call and a lease at the latest. Read from the counts in 'holds'
 -- and the calls in 'owners': a look per process, not per lease (a broad crawl holds a
 -- lease for nearly every host).
+-- A process's last call and its lease seconds, as 'owners' keeps them (nil: none).
+local function last_call(who)
+  local at, span = string.match(redis.call('HGET', OWNERS, who) or '', '^(%S+) (%S+)$')
+  return tonumber(at), tonumber(span)
+end
+
+-- Whether a process whose last call was at ``at``, with ``span`` lease seconds, counts as
+-- live: it called within half its lease (see orphans()).
+local function is_live(at, span)
+  return at ~= nil and span ~= nil and now <= at + span / 2
+end
+
 local function orphans()
   local count, latest, suspect = 0, nil, nil
   local holds = redis.call('HGETALL', HOLDS)
   for i = 1, #holds, 2 do
-    local seen = redis.call('HGET', OWNERS, holds[i])
-    local at, span = string.match(seen or '', '^(%S+) (%S+)$')
-    at, span = tonumber(at), tonumber(span)
-    if at and span and now <= at + span / 2 then
+    local at, span = last_call(holds[i])
+    if is_live(at, span) then
       if suspect == nil or at + span / 2 < suspect then suspect = at + span / 2 end
     else
       count = count + tonumber(holds[i + 1])

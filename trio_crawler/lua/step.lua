@@ -350,8 +350,7 @@ local function below_share()
         if who == owner then
           counted = true
         elseif not hungry then
-          local at, span = string.match(redis.call('HGET', OWNERS, who) or '', '^(%S+) (%S+)$')
-          hungry = at ~= nil and now <= tonumber(at) + tonumber(span) / 2
+          hungry = is_live(last_call(who))
         end
       end
     end

@@ -328,6 +328,8 @@ class ToolRun:
         nginx_start_s: Seconds nginx took to listen on every address.
         redis_cpu_s: For the shared frontier, Redis's own CPU seconds during the crawl.
         notes: Exits other than 0, timeouts, with the end of stderr.
+        started_at: When the first process started (seconds since the epoch, nginx's
+            clock): with ``wall_s`` and the log's times, where the wall time went.
     """
 
     tool: str
@@ -337,6 +339,7 @@ class ToolRun:
     nginx_start_s: float = 0.0
     redis_cpu_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    started_at: float = 0.0
 
     @property
     def cpu_s(self) -> float:
@@ -453,6 +456,7 @@ def crawl(
             )
             stderr = work / "stderr.txt"
             report = work / "report.txt"
+            started_at = time.time()
             cost = run_measured(
                 command,
                 timeout=setup.timeout,
@@ -466,7 +470,7 @@ def crawl(
         elif tool == "ours-frontier":
             if redis is None:
                 raise BenchmarkError("the shared frontier needs a Redis server")
-            costs, wall, redis_cpu, frontier_notes = _crawl_shared(
+            costs, wall, redis_cpu, frontier_notes, started_at = _crawl_shared(
                 site.roots, setup, delay=delay, redis=redis, roots_file=roots_file
             )
             notes += frontier_notes
@@ -477,6 +481,7 @@ def crawl(
             else:
                 command = [setup.peers_python, str(PEERS_SCRIPT), "crawlee"]
             stderr = work / "stderr.txt"
+            started_at = time.time()
             cost = run_measured(
                 [*command, str(roots_file)], timeout=setup.timeout, cwd=work, stderr=stderr
             )
@@ -493,6 +498,7 @@ def crawl(
         nginx_start_s=nginx_start,
         redis_cpu_s=redis_cpu,
         notes=notes,
+        started_at=started_at,
     )
 
 
@@ -517,7 +523,7 @@ def single_host(
     if tool == "ours-frontier":
         if redis is None:
             raise BenchmarkError("the shared frontier needs a Redis server")
-        costs, _, _, _ = _crawl_shared(
+        costs, _, _, _, _ = _crawl_shared(
             [root], single, delay=0.0, redis=redis, roots_file=roots_file, broad=False
         )
     else:
@@ -570,10 +576,11 @@ def _crawl_shared(
     redis: RedisServer,
     roots_file: Path,
     broad: bool = True,
-) -> tuple[list[ChildCost], float, float, list[str]]:
+) -> tuple[list[ChildCost], float, float, list[str], float]:
     """``setup.processes`` crawlers sharing one crawl on Redis: the first creates it from
     the roots, the others join once it exists. Returns their costs, the wall time from the
-    first start to the last exit, Redis's CPU seconds, and notes."""
+    first start to the last exit, Redis's CPU seconds, notes, and the time of day of the
+    first start."""
     connection = redis.connection
     connection.command("FLUSHALL")
     before = connection.snapshot()
@@ -606,6 +613,7 @@ def _crawl_shared(
         finally:
             ended[index] = time.perf_counter()
 
+    started_at = time.time()
     started = time.perf_counter()
     threads = [threading.Thread(target=run_one, args=(0,), name="crawler-0")]
     threads[0].start()
@@ -645,7 +653,7 @@ def _crawl_shared(
             )
         )
     ]
-    return done, max(ended) - started, redis_cpu, notes
+    return done, max(ended) - started, redis_cpu, notes, started_at
 
 
 # -- the tables ------------------------------------------------------------------------------
@@ -689,6 +697,39 @@ def compare_row(
         if one_host is None or not metrics.requests
         else f"{1000 * run.cpu_s / metrics.requests / one_host:.2f}",
         f"{run.peak_rss_mib:.0f}",
+    ]
+
+
+TIME_HEADERS = [
+    "tool",
+    "start to first request s",
+    "first request to last host's first s",
+    "median page gap s",
+    "p90 page gap s",
+    "last request to exit s",
+    "wall s",
+]
+
+
+def time_row(label: str, run: ToolRun) -> list[object]:
+    """Where ``run``'s wall time went, from the log's times: a polite crawl ends no sooner
+    than P x D after its last host's first request, so the wall time is the start, the
+    spread of the first requests, P gaps of at least D, and the exit."""
+    metrics = run.metrics
+    if not metrics.requests or not run.started_at:
+        return [label, *["-"] * (len(TIME_HEADERS) - 1)]
+
+    def gap(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    return [
+        label,
+        f"{metrics.first_start - run.started_at:.2f}",
+        f"{metrics.last_host_start - metrics.first_start:.2f}",
+        gap(metrics.median_page_gap),
+        gap(metrics.p90_page_gap),
+        f"{run.started_at + run.wall_s - metrics.last_end:.2f}",
+        f"{run.wall_s:.1f}",
     ]
 
 
@@ -870,6 +911,7 @@ def _new_site(work: Path, hosts: int, pages: int) -> BroadSite:
 def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
     site = _new_site(work, args.hosts, args.pages)
     rows: list[list[object]] = []
+    time_rows: list[list[object]] = []
     notes: list[str] = []
     tools = list(args.tools)
     if any(tool in tools for tool in ("scrapy", "crawlee")) and not os.access(
@@ -896,6 +938,7 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
                     label, result, pages=args.pages, delay=args.delay, one_host=one_host.get(tool)
                 )
             )
+            time_rows.append(time_row(label, result))
             notes += result.notes
             _write_json(args.json_out, _json_line(result, site, args.delay, "compare"))
     roots = "`-i FILE`" if setup.input_file else "the roots as arguments (no `--input-file`)"
@@ -922,6 +965,14 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
             f"{SINGLE_HOST_TASKS}`, no delay, the same store and processes (ms/request: "
             f"{measured}).",
         ]
+    lines += [
+        "",
+        "Where the wall time went, from nginx's log and each tool's start and exit: the first "
+        "request, the last host's first (after the first request), the gaps between two page "
+        "requests to one host, and the last request's end to the exit.",
+        "",
+        markdown_table(TIME_HEADERS, time_rows),
+    ]
     if notes:
         lines += ["", *(f"- {note}" for note in notes)]
     return "\n".join(lines)

@@ -39,8 +39,10 @@ jitter), and the most requests one host had in flight at once.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -283,6 +285,12 @@ class BroadMetrics:
         connections: Connections the requests came on (nginx's serial numbers).
         first_start: The first request's start (seconds since the epoch); 0.0 if none.
         last_end: The last request's end.
+        last_host_start: When the last of the site's hosts had its first request (for a
+            crawler that reads robots.txt, the end of the robots.txt burst: each host's
+            pages can end no sooner than P x D after it); 0.0 if none.
+        median_page_gap: The median gap between two page requests to one host (None if
+            no host had two), and ``p90_page_gap`` its 90th percentile (nearest rank): how
+            far past the delay a host's next page goes, on average and at worst.
     """
 
     pages: int
@@ -297,6 +305,9 @@ class BroadMetrics:
     connections: int
     first_start: float
     last_end: float
+    last_host_start: float = 0.0
+    median_page_gap: float | None = None
+    p90_page_gap: float | None = None
 
 
 def measure(
@@ -328,6 +339,7 @@ def measure(
             ok.add(key)
     limit = delay - tolerance
     short_gaps = short_page_gaps = 0
+    page_gaps: list[float] = []
     min_gap: float | None = None
     max_in_flight = 0
     for host_requests in by_host.values():
@@ -339,7 +351,8 @@ def measure(
             short_gaps += gap < limit
         page_starts = [r.start for r in host_requests if r.uri != "/robots.txt"]
         for before, after in itertools.pairwise(page_starts):
-            short_page_gaps += round(after - before, 3) < limit
+            page_gaps.append(round(after - before, 3))
+            short_page_gaps += page_gaps[-1] < limit
         max_in_flight = max(max_in_flight, in_flight(host_requests))
     return BroadMetrics(
         pages=len(hosts) * pages_per_host,
@@ -354,6 +367,11 @@ def measure(
         connections=len({request.connection for request in requests}),
         first_start=min((r.start for r in requests), default=0.0),
         last_end=max((r.end for r in requests), default=0.0),
+        last_host_start=max(
+            (by_host[host][0].start for host in known if host in by_host), default=0.0
+        ),
+        median_page_gap=statistics.median(page_gaps) if page_gaps else None,
+        p90_page_gap=sorted(page_gaps)[math.ceil(0.9 * len(page_gaps)) - 1] if page_gaps else None,
     )
 
 

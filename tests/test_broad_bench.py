@@ -163,6 +163,24 @@ def test_measure_counts_pages_repeats_and_short_gaps() -> None:
     assert metrics.connections == 6
     assert metrics.first_start == pytest.approx(100.0)
     assert metrics.last_end == pytest.approx(102.495)
+    assert metrics.last_host_start == pytest.approx(100.0)  # the other host is not the site's
+    # Page gaps, robots.txt left out: a 1.0 and 0.995, b 1.0 and 0.2.
+    assert metrics.median_page_gap == pytest.approx(0.9975)
+    assert metrics.p90_page_gap == pytest.approx(1.0)
+
+
+def test_measure_says_when_the_last_host_was_first_reached() -> None:
+    a, b = "127.0.1.1", "127.0.1.2"
+    lines = [
+        _line(100.000, a, "/robots.txt"),
+        _line(100.400, b, "/robots.txt"),
+        _line(101.010, a, "/"),
+        _line(101.400, b, "/"),
+        _line(102.030, a, "/p/1.html"),
+    ]
+    metrics = measure(parse_log(lines), hosts=[a, b, "127.0.1.3"], pages_per_host=2, delay=1.0)
+    assert metrics.last_host_start == pytest.approx(100.4)  # a host never reached: left out
+    assert metrics.median_page_gap == metrics.p90_page_gap == pytest.approx(1.02)
 
 
 def test_in_flight_counts_overlapping_connections_not_one_connection_reused() -> None:

@@ -92,7 +92,7 @@ if __package__ in (None, ""):
     # Run as a script: make the `benchmarks` folder importable as a package.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_cluster import _kill_measured_children, serve_redis
+from benchmarks.bench_cluster import _kill_measured_children, redis_use, serve_redis
 from benchmarks.bench_engines import BenchmarkError, probe_our_python, snapshot_environment
 from benchmarks.broad_site import (
     LOG_FORMAT,
@@ -117,7 +117,7 @@ from benchmarks.nginx import NginxError, find_nginx, start_nginx, stop_process
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from benchmarks.bench_cluster import RedisServer
+    from benchmarks.bench_cluster import RedisServer, RedisUse
 
 HERE = Path(__file__).resolve().parent
 PEERS_SCRIPT = HERE / "broad_peers.py"
@@ -327,6 +327,7 @@ class ToolRun:
         metrics: What nginx's log says.
         nginx_start_s: Seconds nginx took to listen on every address.
         redis_cpu_s: For the shared frontier, Redis's own CPU seconds during the crawl.
+        step_calls: For the shared frontier, the script calls Redis ran (its round trips).
         notes: Exits other than 0, timeouts, with the end of stderr.
         started_at: When the first process started (seconds since the epoch, nginx's
             clock): with ``wall_s`` and the log's times, where the wall time went.
@@ -338,6 +339,7 @@ class ToolRun:
     metrics: BroadMetrics
     nginx_start_s: float = 0.0
     redis_cpu_s: float | None = None
+    step_calls: int | None = None
     notes: list[str] = field(default_factory=list)
     started_at: float = 0.0
 
@@ -443,6 +445,7 @@ def crawl(
     log = work / "access.log"
     notes: list[str] = []
     redis_cpu: float | None = None
+    step_calls: int | None = None
     with serve_hosts(site, log) as nginx_start:
         if tool in ("ours", "ours-state"):
             extra = ["--state", str(work / "crawl.db")] if tool == "ours-state" else []
@@ -470,10 +473,12 @@ def crawl(
         elif tool == "ours-frontier":
             if redis is None:
                 raise BenchmarkError("the shared frontier needs a Redis server")
-            costs, wall, redis_cpu, frontier_notes, started_at = _crawl_shared(
+            shared = _crawl_shared(
                 site.roots, setup, delay=delay, redis=redis, roots_file=roots_file
             )
-            notes += frontier_notes
+            costs, wall, started_at = shared.costs, shared.wall_s, shared.started_at
+            redis_cpu, step_calls = shared.redis.cpu_s, shared.redis.script_calls
+            notes += shared.notes
         else:
             if tool == "scrapy":
                 command = [setup.peers_python, str(PEERS_SCRIPT), "scrapy"]
@@ -497,6 +502,7 @@ def crawl(
         metrics=metrics,
         nginx_start_s=nginx_start,
         redis_cpu_s=redis_cpu,
+        step_calls=step_calls,
         notes=notes,
         started_at=started_at,
     )
@@ -523,9 +529,9 @@ def single_host(
     if tool == "ours-frontier":
         if redis is None:
             raise BenchmarkError("the shared frontier needs a Redis server")
-        costs, _, _, _, _ = _crawl_shared(
+        costs = _crawl_shared(
             [root], single, delay=0.0, redis=redis, roots_file=roots_file, broad=False
-        )
+        ).costs
     else:
         extra = ["--state", str(work / "crawl.db")] if tool == "ours-state" else []
         command = our_command(
@@ -568,6 +574,18 @@ def single_host_costs(
     return costs
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharedRun:
+    """The processes of one shared crawl: their costs, the wall time from the first start
+    to the last exit, what Redis did meanwhile, notes, and the first start's time of day."""
+
+    costs: list[ChildCost]
+    wall_s: float
+    redis: RedisUse
+    notes: list[str]
+    started_at: float
+
+
 def _crawl_shared(
     roots: Sequence[str],
     setup: Setup,
@@ -576,11 +594,9 @@ def _crawl_shared(
     redis: RedisServer,
     roots_file: Path,
     broad: bool = True,
-) -> tuple[list[ChildCost], float, float, list[str], float]:
+) -> SharedRun:
     """``setup.processes`` crawlers sharing one crawl on Redis: the first creates it from
-    the roots, the others join once it exists. Returns their costs, the wall time from the
-    first start to the last exit, Redis's CPU seconds, notes, and the time of day of the
-    first start."""
+    the roots, the others join once it exists."""
     connection = redis.connection
     connection.command("FLUSHALL")
     before = connection.snapshot()
@@ -638,7 +654,7 @@ def _crawl_shared(
         raise
     if failures:
         raise failures[0]
-    redis_cpu = connection.snapshot().cpu_s - before.cpu_s
+    use = redis_use(before, connection.snapshot())
     connection.command("FLUSHALL")
     done = [cost for cost in costs if cost is not None]
     notes = [
@@ -653,7 +669,9 @@ def _crawl_shared(
             )
         )
     ]
-    return done, max(ended) - started, redis_cpu, notes, started_at
+    return SharedRun(
+        costs=done, wall_s=max(ended) - started, redis=use, notes=notes, started_at=started_at
+    )
 
 
 # -- the tables ------------------------------------------------------------------------------
@@ -769,6 +787,7 @@ def _json_line(run: ToolRun, site: BroadSite, delay: float, mode: str) -> dict[s
         "cpu_s": run.cpu_s,
         "costs": [dataclasses.asdict(cost) for cost in run.costs],
         "redis_cpu_s": run.redis_cpu_s,
+        "step_calls": run.step_calls,
         "notes": run.notes,
     }
 
@@ -928,10 +947,13 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
             label = LABELS[tool]
             if tool == "ours-frontier":
                 label += f", {len(result.costs)} processes"
+                requests = result.metrics.requests
+                calls = result.step_calls or 0
                 notes.append(
                     f"{label}: Redis's own CPU {result.redis_cpu_s:.1f} s "
-                    f"({_per_request(result.redis_cpu_s or 0.0, result.metrics.requests)} "
-                    "ms/request), not in the row."
+                    f"({_per_request(result.redis_cpu_s or 0.0, requests)} ms/request), not "
+                    f"in the row; {calls} step calls"
+                    + (f" ({calls / requests:.2f} a request)." if requests else ".")
                 )
             rows.append(
                 compare_row(

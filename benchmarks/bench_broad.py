@@ -33,7 +33,9 @@ The tools, each against a fresh nginx on the same site:
 
 * this crawler in memory, with ``--state FILE`` (a new file), and with ``--frontier
   redis://...`` in ``--processes`` processes (3) sharing one crawl, on a private
-  ``redis-server`` (``bench_cluster.serve_redis``; its own CPU is given under the table);
+  ``redis-server`` (``bench_cluster.serve_redis``; its own CPU and its script calls are
+  given under the table), and with ``--frontier`` in one process (``ours-frontier-1``:
+  the store's own cost, apart from that of splitting the requests over three processes);
   each ``python -m trio_crawler -q --no-progress --delay D --max-per-host 1 --max-tasks N``
   with the roots in a file (``-i FILE``) when ``--help`` lists ``--input-file``, else as
   arguments (the frontier's joiners get none);
@@ -122,14 +124,18 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 PEERS_SCRIPT = HERE / "broad_peers.py"
 PEERS_PYTHON = HERE / ".venv" / "bin" / "python"
-TOOLS = ("ours", "ours-state", "ours-frontier", "scrapy", "crawlee")
+TOOLS = ("ours", "ours-state", "ours-frontier", "ours-frontier-1", "scrapy", "crawlee")
 LABELS = {
     "ours": "trio-crawler, in memory",
     "ours-state": "trio-crawler, --state",
     "ours-frontier": "trio-crawler, --frontier",
+    "ours-frontier-1": "trio-crawler, --frontier, 1 process",
     "scrapy": "Scrapy, broad-crawl settings",
     "crawlee": "Crawlee, ParselCrawler",
 }
+# The shared frontier in --processes processes, and in one: the second tells the store's
+# own cost from that of splitting the crawl's requests over several event loops.
+FRONTIER_TOOLS = ("ours-frontier", "ours-frontier-1")
 MODES = ("compare", "scaling", "both")
 # A scaling crawl that keeps up takes well under a minute (5000 hosts x 5 pages); one that
 # stalls is stopped by its own --max-time, reports, and its row shows what the log holds.
@@ -470,11 +476,11 @@ def crawl(
             )
             costs, wall = [cost], cost.wall_s
             notes += filter(None, [_note(LABELS[tool], cost, stderr, report)])
-        elif tool == "ours-frontier":
+        elif tool in FRONTIER_TOOLS:
             if redis is None:
                 raise BenchmarkError("the shared frontier needs a Redis server")
             shared = _crawl_shared(
-                site.roots, setup, delay=delay, redis=redis, roots_file=roots_file
+                site.roots, _processes(tool, setup), delay=delay, redis=redis, roots_file=roots_file
             )
             costs, wall, started_at = shared.costs, shared.wall_s, shared.started_at
             redis_cpu, step_calls = shared.redis.cpu_s, shared.redis.script_calls
@@ -512,7 +518,12 @@ def crawl(
 # host, the synthetic site of the other benchmarks, at their --max-tasks and no delay.
 SINGLE_HOST_PAGES = 3000
 SINGLE_HOST_TASKS = 100
-OURS = ("ours", "ours-state", "ours-frontier")
+OURS = ("ours", "ours-state", "ours-frontier", "ours-frontier-1")
+
+
+def _processes(tool: str, setup: Setup) -> Setup:
+    """``setup`` for ``tool``: one process for ``ours-frontier-1``."""
+    return dataclasses.replace(setup, processes=1) if tool == "ours-frontier-1" else setup
 
 
 def single_host(
@@ -525,8 +536,8 @@ def single_host(
     work.mkdir(parents=True)
     roots_file = work / "roots.txt"
     roots_file.write_text(f"{root}\n")
-    single = dataclasses.replace(setup, max_tasks=SINGLE_HOST_TASKS)
-    if tool == "ours-frontier":
+    single = dataclasses.replace(_processes(tool, setup), max_tasks=SINGLE_HOST_TASKS)
+    if tool in FRONTIER_TOOLS:
         if redis is None:
             raise BenchmarkError("the shared frontier needs a Redis server")
         costs = _crawl_shared(
@@ -939,7 +950,8 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         notes.append(f"Scrapy and Crawlee: not run, no {setup.peers_python} (run setup.sh).")
         tools = [tool for tool in tools if tool not in ("scrapy", "crawlee")]
     with contextlib.ExitStack() as stack:
-        redis = stack.enter_context(serve_redis()) if "ours-frontier" in tools else None
+        frontier = any(tool in FRONTIER_TOOLS for tool in tools)
+        redis = stack.enter_context(serve_redis()) if frontier else None
         one_host = single_host_costs(tools, setup, work, redis=redis)
         for tool in tools:
             print(f"bench_broad: {LABELS[tool]} ...", file=sys.stderr, flush=True)
@@ -947,6 +959,7 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
             label = LABELS[tool]
             if tool == "ours-frontier":
                 label += f", {len(result.costs)} processes"
+            if tool in FRONTIER_TOOLS:
                 requests = result.metrics.requests
                 calls = result.step_calls or 0
                 notes.append(
@@ -1007,7 +1020,8 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
     pages, delay = args.scaling_pages, args.scaling_delay
     tools = args.scaling_tools
     with contextlib.ExitStack() as stack:
-        redis = stack.enter_context(serve_redis()) if "ours-frontier" in tools else None
+        frontier = any(tool in FRONTIER_TOOLS for tool in tools)
+        redis = stack.enter_context(serve_redis()) if frontier else None
         for hosts in args.scaling_hosts:
             site = _new_site(work, hosts, pages)
             for tool in tools:

@@ -200,3 +200,28 @@ def test_in_flight_counts_overlapping_connections_not_one_connection_reused() ->
     )
     assert in_flight(overlapping) == 3
     assert measure(overlapping, hosts=[host], pages_per_host=4, delay=0.1).max_in_flight == 3
+
+
+def test_the_time_table_splits_a_crawls_wall_time_by_the_log() -> None:
+    """Start 0.5 s before the first request, the last host first reached 0.4 s after it,
+    the last answer ending 2.03 s after it, and the exit 0.1 s after that."""
+    from benchmarks.bench_broad import TIME_HEADERS, ToolRun, time_row
+
+    a, b = "127.0.1.1", "127.0.1.2"
+    lines = [
+        _line(100.000, a, "/robots.txt"),
+        _line(100.400, b, "/robots.txt"),
+        _line(101.010, a, "/"),
+        _line(101.400, b, "/"),
+        _line(102.030, a, "/p/1.html"),
+    ]
+    metrics = measure(parse_log(lines), hosts=[a, b], pages_per_host=2, delay=1.0)
+    run = ToolRun(tool="ours", costs=[], wall_s=2.63, metrics=metrics, started_at=99.5)
+    row = time_row("ours", run)
+    assert len(row) == len(TIME_HEADERS)
+    assert row == ["ours", "0.50", "0.40", "1.020", "1.020", "0.10", "2.6"]
+    # A run with no request (or no start time) says nothing rather than nonsense.
+    empty = measure([], hosts=[a], pages_per_host=2, delay=1.0)
+    assert time_row("x", ToolRun(tool="ours", costs=[], wall_s=1.0, metrics=empty))[1:] == ["-"] * (
+        len(TIME_HEADERS) - 1
+    )

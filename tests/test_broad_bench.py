@@ -169,15 +169,21 @@ def test_measure_counts_pages_repeats_and_short_gaps() -> None:
     assert metrics.p90_page_gap == pytest.approx(1.0)
 
 
-def test_measure_says_when_the_last_host_was_first_reached() -> None:
-    a, b = "127.0.1.1", "127.0.1.2"
-    lines = [
+def _staggered_log(a: str, b: str) -> list[str]:
+    """Two hosts' robots.txt 0.4 s apart, then a page each a delay (and a little) later,
+    and a second page of the first."""
+    return [
         _line(100.000, a, "/robots.txt"),
         _line(100.400, b, "/robots.txt"),
         _line(101.010, a, "/"),
         _line(101.400, b, "/"),
         _line(102.030, a, "/p/1.html"),
     ]
+
+
+def test_measure_says_when_the_last_host_was_first_reached() -> None:
+    a, b = "127.0.1.1", "127.0.1.2"
+    lines = _staggered_log(a, b)
     metrics = measure(parse_log(lines), hosts=[a, b, "127.0.1.3"], pages_per_host=2, delay=1.0)
     assert metrics.last_host_start == pytest.approx(100.4)  # a host never reached: left out
     assert metrics.median_page_gap == metrics.p90_page_gap == pytest.approx(1.02)
@@ -208,13 +214,7 @@ def test_the_time_table_splits_a_crawls_wall_time_by_the_log() -> None:
     from benchmarks.bench_broad import TIME_HEADERS, ToolRun, time_row
 
     a, b = "127.0.1.1", "127.0.1.2"
-    lines = [
-        _line(100.000, a, "/robots.txt"),
-        _line(100.400, b, "/robots.txt"),
-        _line(101.010, a, "/"),
-        _line(101.400, b, "/"),
-        _line(102.030, a, "/p/1.html"),
-    ]
+    lines = _staggered_log(a, b)
     metrics = measure(parse_log(lines), hosts=[a, b], pages_per_host=2, delay=1.0)
     run = ToolRun(tool="ours", costs=[], wall_s=2.63, metrics=metrics, started_at=99.5)
     row = time_row("ours", run)

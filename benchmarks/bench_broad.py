@@ -332,8 +332,8 @@ class ToolRun:
         wall_s: From the first process's start to the last one's exit.
         metrics: What nginx's log says.
         nginx_start_s: Seconds nginx took to listen on every address.
-        redis_cpu_s: For the shared frontier, Redis's own CPU seconds during the crawl.
-        step_calls: For the shared frontier, the script calls Redis ran (its round trips).
+        redis: For the shared frontier, what Redis did during the crawl: its own CPU
+            seconds, and the script calls it ran (the processes' round trips).
         notes: Exits other than 0, timeouts, with the end of stderr.
         started_at: When the first process started (seconds since the epoch, nginx's
             clock): with ``wall_s`` and the log's times, where the wall time went.
@@ -344,8 +344,7 @@ class ToolRun:
     wall_s: float
     metrics: BroadMetrics
     nginx_start_s: float = 0.0
-    redis_cpu_s: float | None = None
-    step_calls: int | None = None
+    redis: RedisUse | None = None
     notes: list[str] = field(default_factory=list)
     started_at: float = 0.0
 
@@ -450,8 +449,7 @@ def crawl(
     roots_file.write_text("".join(f"{root}\n" for root in site.roots))
     log = work / "access.log"
     notes: list[str] = []
-    redis_cpu: float | None = None
-    step_calls: int | None = None
+    redis_used: RedisUse | None = None
     with serve_hosts(site, log) as nginx_start:
         if tool in ("ours", "ours-state"):
             extra = ["--state", str(work / "crawl.db")] if tool == "ours-state" else []
@@ -483,7 +481,7 @@ def crawl(
                 site.roots, _processes(tool, setup), delay=delay, redis=redis, roots_file=roots_file
             )
             costs, wall, started_at = shared.costs, shared.wall_s, shared.started_at
-            redis_cpu, step_calls = shared.redis.cpu_s, shared.redis.script_calls
+            redis_used = shared.redis
             notes += shared.notes
         else:
             if tool == "scrapy":
@@ -507,8 +505,7 @@ def crawl(
         wall_s=wall,
         metrics=metrics,
         nginx_start_s=nginx_start,
-        redis_cpu_s=redis_cpu,
-        step_calls=step_calls,
+        redis=redis_used,
         notes=notes,
         started_at=started_at,
     )
@@ -797,8 +794,8 @@ def _json_line(run: ToolRun, site: BroadSite, delay: float, mode: str) -> dict[s
         "wall_s": run.wall_s,
         "cpu_s": run.cpu_s,
         "costs": [dataclasses.asdict(cost) for cost in run.costs],
-        "redis_cpu_s": run.redis_cpu_s,
-        "step_calls": run.step_calls,
+        "redis_cpu_s": None if run.redis is None else run.redis.cpu_s,
+        "step_calls": None if run.redis is None else run.redis.script_calls,
         "notes": run.notes,
     }
 
@@ -959,12 +956,12 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
             label = LABELS[tool]
             if tool == "ours-frontier":
                 label += f", {len(result.costs)} processes"
-            if tool in FRONTIER_TOOLS:
+            if result.redis is not None:
                 requests = result.metrics.requests
-                calls = result.step_calls or 0
+                calls = result.redis.script_calls
                 notes.append(
-                    f"{label}: Redis's own CPU {result.redis_cpu_s:.1f} s "
-                    f"({_per_request(result.redis_cpu_s or 0.0, requests)} ms/request), not "
+                    f"{label}: Redis's own CPU {result.redis.cpu_s:.1f} s "
+                    f"({_per_request(result.redis.cpu_s, requests)} ms/request), not "
                     f"in the row; {calls} step calls"
                     + (f" ({calls / requests:.2f} a request)." if requests else ".")
                 )
@@ -1073,7 +1070,7 @@ def _scaling_row(
         f"{result.cpu_s:.1f}",
         _per_request(result.cpu_s, metrics.requests),
         _per_request(result.cpu_s - startup * len(result.costs), metrics.requests),
-        "-" if result.redis_cpu_s is None else _per_request(result.redis_cpu_s, metrics.requests),
+        "-" if result.redis is None else _per_request(result.redis.cpu_s, metrics.requests),
         f"{result.peak_rss_mib:.0f}",
         f"{result.nginx_start_s:.2f}",
     ]

@@ -338,7 +338,7 @@ def measure(
         if request.status == 200:
             ok.add(key)
     limit = delay - tolerance
-    short_gaps = short_page_gaps = 0
+    short_gaps = 0
     page_gaps: list[float] = []
     min_gap: float | None = None
     max_in_flight = 0
@@ -350,9 +350,7 @@ def measure(
             min_gap = gap if min_gap is None else min(min_gap, gap)
             short_gaps += gap < limit
         page_starts = [r.start for r in host_requests if r.uri != "/robots.txt"]
-        for before, after in itertools.pairwise(page_starts):
-            page_gaps.append(round(after - before, 3))
-            short_page_gaps += page_gaps[-1] < limit
+        page_gaps += (round(after - before, 3) for before, after in itertools.pairwise(page_starts))
         max_in_flight = max(max_in_flight, in_flight(host_requests))
     return BroadMetrics(
         pages=len(hosts) * pages_per_host,
@@ -361,7 +359,7 @@ def measure(
         requests=len(requests),
         robots=robots,
         short_gaps=short_gaps,
-        short_page_gaps=short_page_gaps,
+        short_page_gaps=sum(gap < limit for gap in page_gaps),
         min_gap=min_gap,
         max_in_flight=max_in_flight,
         connections=len({request.connection for request in requests}),

@@ -308,10 +308,11 @@ class ClusterSession:
         """The engine's clock."""
         return self.runtime.clock()
 
-    def server_clock(self) -> str:
-        """Now, on the server's clock, as a script's clock argument."""
+    def server_clock(self, at: float | None = None) -> str:
+        """The engine's time ``at`` (default: now) on the server's clock, as a script's
+        clock argument."""
         runtime = self.runtime
-        return repr(runtime.wall_time(runtime.clock()))
+        return repr(runtime.wall_time(runtime.clock() if at is None else at))
 
     # -- joining -----------------------------------------------------------------------------
 
@@ -421,7 +422,7 @@ class ClusterSession:
                 self.sent_at = self.now()
                 args = [
                     self.prefix,
-                    repr(self.runtime.wall_time(self.sent_at)),
+                    self.server_clock(self.sent_at),
                     self.owner,
                     str(self.lease),
                     payload,

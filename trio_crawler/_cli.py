@@ -180,10 +180,6 @@ def _configure_logging(level: int, progress: ProgressDisplay | None) -> None:
         # httpx logs every request at INFO; -v is for the crawler's own decisions.
         for library in ("httpx", "httpx2"):
             logging.getLogger(library).setLevel(max(level, logging.WARNING))
-    # coredis logs its routine at INFO ("Retry attempt 1 due to error: No matching script"
-    # each time a script is first run on a connection, which is how script caching works);
-    # it reads like a failure. Its warnings and errors still show.
-    logging.getLogger("coredis").setLevel(max(level, logging.WARNING))
 
 
 # glibc's mallopt() parameter M_TOP_PAD (malloc.h), and the pad the command line asks for.

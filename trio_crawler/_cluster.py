@@ -19,10 +19,9 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -31,12 +30,24 @@ from ._cluster_scripts import DETAILS, STATUS
 from ._events import FetchRequest
 from ._option_checks import redacted
 from ._options import ConfigError
+from ._redis import (
+    AuthenticationFailed,
+    AuthenticationRequired,
+    Endpoint,
+    NotPermitted,
+    Redis,
+    RedisError,
+    RedisLost,
+    Script,
+)
 from ._robots import origin_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 LOGGER = logging.getLogger("trio_crawler")
+
+_STATUS, _DETAILS = Script.of(STATUS), Script.of(DETAILS)
 
 # The environment variable that holds the server's password when the URL has none, so
 # that it stays out of the command line (and so out of ``ps``).
@@ -63,47 +74,21 @@ class ClusterError(ConfigError):
         super().__init__("frontier", problem)
 
 
-# What ``rediss://`` verifies unless the URL's query says otherwise: the server's
-# certificate, and that it names the host connected to. coredis on its own requires
-# neither (CERT_OPTIONAL, no hostname check), which any certificate from any trusted
-# authority would pass.
-TLS_DEFAULTS = {"ssl_cert_reqs": "required", "ssl_check_hostname": "true"}
-
-
-def _with_tls_defaults(url: str) -> str:
-    """``url`` with :data:`TLS_DEFAULTS` added to its query where it sets none of its own."""
-    parts = urlsplit(url)
-    if parts.scheme != "rediss":
-        return url
-    given = {name for name, _ in parse_qsl(parts.query, keep_blank_values=True)}
-    added = [(name, value) for name, value in TLS_DEFAULTS.items() if name not in given]
-    if not added:
-        return url
-    query = "&".join(part for part in (parts.query, urlencode(added)) if part)
-    return urlunsplit(parts._replace(query=query))
-
-
-def redis_client(url: str) -> Any:
-    import coredis
-
-    kwargs: dict[str, Any] = {}
-    password = os.environ.get(PASSWORD_VARIABLE)
-    if password and urlsplit(url).password is None:
-        kwargs["password"] = password
-    return coredis.Redis.from_url(
-        _with_tls_defaults(url),
-        decode_responses=True,
-        stream_timeout=ANSWER_TIMEOUT,
+def redis_client(url: str, *, name: str = "trio-crawler") -> Redis:
+    """A client for the server ``url`` names, its password from the URL or else from
+    :data:`PASSWORD_VARIABLE`; it connects when entered. ``rediss://`` verifies the
+    server's certificate and that it names the host, unless the URL's query says otherwise
+    (:mod:`trio_crawler._redis`)."""
+    return Redis(
+        Endpoint.from_url(url, password_variable=PASSWORD_VARIABLE),
+        name=name,
         connect_timeout=CONNECT_TIMEOUT,
-        client_name="trio-crawler",
-        **kwargs,
+        answer_timeout=ANSWER_TIMEOUT,
     )
 
 
-def lost_errors() -> tuple[type[BaseException], ...]:
-    import coredis.exceptions
-
-    return (coredis.exceptions.ConnectionError, TimeoutError, OSError)
+# What means the server is away (for now, perhaps): a call is tried again.
+LOST_ERRORS: tuple[type[BaseException], ...] = (RedisLost, TimeoutError, OSError)
 
 
 def refusal(exc: BaseException, where: str) -> ConfigError | None:
@@ -111,8 +96,6 @@ def refusal(exc: BaseException, where: str) -> ConfigError | None:
     credentials) or a crawl that cannot be joined (a :class:`ClusterError`, an
     :class:`~trio_crawler._between_runs.OptionChanged`), found in ``exc`` or the group that
     carries it; None for anything else (a bug, which must surface as one)."""
-    import coredis.exceptions
-
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             found = refusal(inner, where)
@@ -121,20 +104,17 @@ def refusal(exc: BaseException, where: str) -> ConfigError | None:
         return None
     if isinstance(exc, ConfigError):
         return exc
-    if isinstance(exc, coredis.exceptions.AuthenticationRequiredError):
-        # NOAUTH: none was given. Redis's own words ("HELLO must be called with the client
-        # already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used")
-        # describe its protocol, not what to do.
+    if isinstance(exc, AuthenticationRequired):
+        # NOAUTH: none was given. Redis's own words ("Authentication required.") say
+        # neither where a password goes nor that the crawler can take one.
         return ClusterError(
             f"{where}: this server needs a password (give it in the URL or {PASSWORD_VARIABLE})"
         )
-    if isinstance(
-        exc, coredis.exceptions.AuthenticationError | coredis.exceptions.AuthorizationError
-    ):
+    if isinstance(exc, AuthenticationFailed | NotPermitted):
         return ClusterError(f"{where} refused the credentials: {reason(exc)}")
-    if isinstance(exc, lost_errors()):
+    if isinstance(exc, LOST_ERRORS):
         return ClusterError(f"cannot reach {where}: {reason(exc)}")
-    if isinstance(exc, coredis.exceptions.ResponseError) and _NO_DATABASE in str(exc):
+    if isinstance(exc, RedisError) and _NO_DATABASE in str(exc):
         # The URL's /DB is a number (checked with the options), but one past the server's
         # "databases" setting: its SELECT is refused as the connection is made.
         database = urlsplit(where).path.removeprefix("/") or "0"
@@ -264,8 +244,8 @@ async def read_status(url: str, crawl_id: str) -> SharedStatus:
     keys, args = [prefix_of(crawl_id) + "meta"], [prefix_of(crawl_id), ""]
     try:
         async with redis_client(url) as client:
-            counts = await client.register_script(STATUS)(keys=keys, args=args)
-            details = await client.register_script(DETAILS)(keys=keys, args=args)
+            counts = await client.run_script(_STATUS, keys, args)
+            details = await client.run_script(_DETAILS, keys, args)
             version = None if counts else await client.hget(keys[0], "v")
     except BaseException as exc:
         refused = refusal(exc, where)
@@ -382,7 +362,7 @@ def keep_shared_options(
     return keep_what_to_crawl(given, stored, where=where, also=SHARED_MANNERS, damaged="frontier")
 
 
-async def _wait_for_crawl(client: Any, crawl_id: str, wait: float, where: str) -> list[Any]:
+async def _wait_for_crawl(client: Redis, crawl_id: str, wait: float, where: str) -> list[Any]:
     """The crawl's version, roots and options, once it exists or ``wait`` seconds have
     passed (then the version is None). One look per pause, each pause twice the last."""
     deadline = anyio.current_time() + wait
@@ -408,8 +388,8 @@ async def _wait_for_crawl(client: Any, crawl_id: str, wait: float, where: str) -
 
 def reason(exc: BaseException) -> str:
     """One line for what went wrong: the exception's message, and the deepest message among
-    its causes when that says more (coredis's "Unable to establish a connection" hides a
-    refused certificate two causes down)."""
+    its causes when that says more ("cannot connect" hides a refused certificate a cause
+    down)."""
     text = (str(exc) or type(exc).__name__).splitlines()[0]
     deepest = ""
     cause: BaseException | None = exc

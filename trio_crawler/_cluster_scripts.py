@@ -16,8 +16,8 @@ says its keys, its arguments, what it returns and which invariants it keeps.
 ``prelude.lua`` is shared: its header maps the crawl's keys on the server, and it defines
 the clock, the key names and the helpers that keep the counts. Each script is the prelude
 followed by its body, read once, here, at import; a file missing from the installed package
-fails the import. The callers register them with ``register_script``, which loads each
-once and calls it by its SHA (EVALSHA).
+fails the import. The callers run them with :meth:`~trio_crawler._redis.Redis.run_script`,
+which calls each by its SHA (EVALSHA) and sends its text only to a server that lacks it.
 """
 
 from __future__ import annotations

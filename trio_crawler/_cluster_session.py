@@ -41,12 +41,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from ._cluster import (
-    ANSWER_TIMEOUT,
     CONNECT_TIMEOUT,
+    LOST_ERRORS,
     ClusterError,
     SharedCounts,
     keep_shared_options,
-    lost_errors,
     older_layout,
     prefix_of,
     reason,
@@ -58,6 +57,7 @@ from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
 from ._config import roots_in_brief
 from ._frontier import FrontierLost
 from ._option_checks import redacted
+from ._redis import Redis, Script, subscribe
 from ._robots import origin_of
 
 if TYPE_CHECKING:
@@ -73,6 +73,8 @@ LOGGER = logging.getLogger("trio_crawler")
 # stores' own (none of them says what to crawl), and the headers, which say how to crawl
 # and may hold credentials that other processes' operators should not read.
 _NOT_STORED = ("frontier", "crawl_id", "lease", "state", "recrawl", "headers")
+
+_STEP, _STATUS, _CREATE, _CLOCK = (Script.of(source) for source in (STEP, STATUS, CREATE, CLOCK))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +117,6 @@ class Window(Protocol):
         """
 
 
-# Seconds a leaving process waits for the server to confirm it stopped listening.
-UNSUBSCRIBE_WAIT = 0.01
-
 # Readings of the server's clock a process takes as it joins, keeping the one with the
 # shortest round trip (see ClusterSession._read_server_clock): a few milliseconds in all.
 CLOCK_READINGS = 5
@@ -153,9 +152,7 @@ class ClusterSession:
         # Why the server can no longer be used, once it cannot; then every call refuses.
         self.lost: str | None = None
         self.joined = False
-        self._client: Any = None
-        self._step: Any = None
-        self._status: Any = None
+        self._client: Redis | None = None
         self._runtime: StoreRuntime | None = None
         # When the server stopped answering (on the engine's clock), while calls retry.
         self._away_since: float | None = None
@@ -184,6 +181,12 @@ class ClusterSession:
     def is_open(self) -> bool:
         """Whether :meth:`connect` has a client (calls may be made)."""
         return self._client is not None
+
+    @property
+    def client(self) -> Redis:
+        """The session's client, while it is connected."""
+        assert self._client is not None, "used outside a session"
+        return self._client
 
     @property
     def runtime(self) -> StoreRuntime:
@@ -266,9 +269,7 @@ class ClusterSession:
         try:
             async with redis_client(self.url) as client:
                 self._client = client
-                self._step = client.register_script(STEP)
-                self._status = client.register_script(STATUS)
-                with anyio.fail_after(CONNECT_TIMEOUT + ANSWER_TIMEOUT):
+                with anyio.fail_after(CONNECT_TIMEOUT + client.answer_timeout):
                     await self._read_server_clock()
                 yield
         except BaseException as exc:
@@ -290,13 +291,12 @@ class ClusterSession:
         trip is kept, as NTP does, so that a stall of the event loop while a process starts
         (seen: a tenth of a second on a loaded machine) does not skew its clock against
         the other processes' and bring two requests to one host closer than the delay."""
-        runtime = self.runtime
-        read_clock = self._client.register_script(CLOCK)
-        await read_clock(keys=[], args=[])  # loaded before the round trips that count
+        runtime, client = self.runtime, self.client
+        await client.run_script(_CLOCK, [], [])  # loaded before the round trips that count
         best: tuple[float, float] | None = None  # (round trip, offset)
         for _ in range(CLOCK_READINGS):
             before = runtime.clock()
-            seconds, microseconds = await read_clock(keys=[], args=[])
+            seconds, microseconds = await client.run_script(_CLOCK, [], [])
             after = runtime.clock()
             offset = int(seconds) + int(microseconds) / 1e6 - (before + after) / 2
             if best is None or after - before < best[0]:
@@ -342,10 +342,9 @@ class ClusterSession:
         for root in config.roots:
             args += [root, origin_of(root)]
         try:
-            with anyio.fail_after(CONNECT_TIMEOUT + ANSWER_TIMEOUT):
-                answer = await self._client.register_script(CREATE)(
-                    keys=[self.prefix + "meta"], args=args
-                )
+            client = self.client
+            with anyio.fail_after(CONNECT_TIMEOUT + client.answer_timeout):
+                answer = await client.run_script(_CREATE, [self.prefix + "meta"], args)
         except BaseException as exc:
             refused = refusal(exc, self.where)
             if refused is None:
@@ -385,7 +384,7 @@ class ClusterSession:
             keep_shared_options(options, kept, where=where_of(self.url, self.crawl_id))
         self.joined = True
         # The crawl's delay is its creator's: a joiner's own --delay is not the server's.
-        delay = await self._client.hget(self.prefix + "meta", "delay")
+        delay = await self.client.hget(self.prefix + "meta", "delay")
         try:
             seconds = max(0.0, float(delay)) if delay is not None else 0.0
         except ValueError:
@@ -427,7 +426,7 @@ class ClusterSession:
                     str(self.lease),
                     payload,
                 ]
-                raw = await run(functools.partial(self._step, keys=keys, args=args))
+                raw = await run(functools.partial(self.client.run_script, _STEP, keys, args))
                 answer = json.loads(raw)
                 if not isinstance(answer, dict):
                     raise ValueError(f"not an answer: {raw!r:.80}")
@@ -440,7 +439,7 @@ class ClusterSession:
                     )
                     self._away_since = None
                 return answer
-            except lost_errors() as exc:
+            except LOST_ERRORS as exc:
                 if self.now() + pause > give_up:
                     raise self.lose(
                         f"lost the shared frontier at {self.where}: {reason(exc)}"
@@ -534,7 +533,7 @@ class ClusterSession:
         Raises:
             FrontierLost: The server did not answer.
         """
-        client = self._client
+        client = self.client
 
         async def read() -> list[Any]:
             answers = []
@@ -546,7 +545,7 @@ class ClusterSession:
 
         try:
             return await self.runtime.shielded(read)
-        except lost_errors() as exc:
+        except LOST_ERRORS as exc:
             raise self.lose(f"lost the shared frontier at {self.where}: {reason(exc)}") from None
 
     async def read_counts(self) -> SharedCounts | None:
@@ -554,10 +553,10 @@ class ClusterSession:
         the server is lost or does not answer them (logged)."""
         if self.lost is not None:
             return None
-        failures: tuple[type[BaseException], ...] = (*lost_errors(), ValueError, TypeError)
+        failures: tuple[type[BaseException], ...] = (*LOST_ERRORS, ValueError, TypeError)
         try:
-            answer = await self._status(
-                keys=[self.prefix + "meta"], args=[self.prefix, self.server_clock()]
+            answer = await self.client.run_script(
+                _STATUS, [self.prefix + "meta"], [self.prefix, self.server_clock()]
             )
             return SharedCounts.from_answer(answer)
         except failures as exc:
@@ -570,47 +569,60 @@ class ClusterSession:
         self, wake: Callable[[], None], *, task_status: Any = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Note what the crawl's channel says (``finished``; ``work`` when work comes) and
-        ``wake`` the window; started once subscribed. A server lost ends the listening,
-        logged: the calls notice it and stop the crawl."""
-        channel = self.prefix + "events"
-        # Made as the client's pubsub() makes it, with a shorter unsubscription timeout:
-        # leaving, coredis unsubscribes and then reads the channel for the whole timeout
-        # (0.1 s by default) before it lets go, a tenth of a second on every process's
-        # exit, for a connection about to close.
-        from coredis.patterns.pubsub import PubSub
+        ``wake`` the window; started once subscribed.
 
-        async with PubSub[str](
-            self._client.connection_pool,
-            channels=[channel],
-            ignore_subscribe_messages=True,
-            unsubscription_timeout=UNSUBSCRIBE_WAIT,
-        ) as messages:
-            task_status.started()
+        A connection lost is made again, quietly, at growing intervals, for as long as the
+        session lasts: the step calls say when the server goes and comes back, and stop
+        the crawl when it stays away. Messages published meanwhile are not kept for anyone
+        (Redis's channels are fire and forget), so the window is woken once subscribed
+        again. A server that refuses the subscription ends the listening, logged: an idle
+        process then still wakes at least once a lease period."""
+        channel = self.prefix + "events"
+        client = self.client
+        pause, started = 0.1, False
+        while True:
             try:
-                async for message in messages:
-                    data = message.get("data") if isinstance(message, dict) else None
-                    if data == "finished":
-                        self.shared = dataclasses.replace(
-                            self.shared, queued=0, leased=0, finished=True
-                        )
-                    elif isinstance(data, str) and data.startswith("work"):
-                        # A lease of this process's, answered after the call that made the
-                        # work, already took what there was: that message is stale.
-                        number, _, when = data.removeprefix("work").strip().partition(" ")
-                        if number.isdigit() and int(number) <= self.last_call:
-                            continue
-                        ready = _ready_time(when)
-                        if ready is None:
-                            self.idle_until = None  # work is ready now: ask for it
-                        elif self.idle_until is not None:
-                            # Work will be ready then, sooner than this process would look.
-                            at = ready - self.runtime.wall_offset
-                            if at >= self.idle_until:
-                                continue
-                            self.idle_until = at
+                async with subscribe(
+                    client.endpoint, channel, name=client.name, connect_timeout=CONNECT_TIMEOUT
+                ) as messages:
+                    if started:
+                        wake()
                     else:
-                        continue
-                    wake()
+                        task_status.started()
+                        started = True
+                    pause = 0.1
+                    async for data in messages:
+                        if self._heard(data):
+                            wake()
+            except LOST_ERRORS as exc:
+                if not started:
+                    raise
+                LOGGER.debug("shared frontier %s: listening again: %s", self.where, reason(exc))
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 2.0)
             except Exception as exc:
-                # Until then an idle process still wakes at least once a lease period.
                 LOGGER.warning("shared frontier %s: stopped listening: %s", self.where, reason(exc))
+                return
+
+    def _heard(self, data: str) -> bool:
+        """Note a message of the crawl's channel; whether the window should look again."""
+        if data == "finished":
+            self.shared = dataclasses.replace(self.shared, queued=0, leased=0, finished=True)
+            return True
+        if not data.startswith("work"):
+            return False
+        # A lease of this process's, answered after the call that made the work, already
+        # took what there was: that message is stale.
+        number, _, when = data.removeprefix("work").strip().partition(" ")
+        if number.isdigit() and int(number) <= self.last_call:
+            return False
+        ready = _ready_time(when)
+        if ready is None:
+            self.idle_until = None  # work is ready now: ask for it
+        elif self.idle_until is not None:
+            # Work will be ready then, sooner than this process would look.
+            at = ready - self.runtime.wall_offset
+            if at >= self.idle_until:
+                return False
+            self.idle_until = at
+        return True

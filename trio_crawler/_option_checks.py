@@ -178,8 +178,8 @@ def frontier_url(name: str, value: object) -> str:
 
 
 # What the query of a rediss:// URL may set: the client's TLS options, each with the values
-# it reads (coredis: pool/_base.py, _parse_url). Any other key, or any query on redis://,
-# would be ignored or misread (the client takes ?db= over the path, ?timeout= as its own).
+# it reads (trio_crawler/_redis.py, _tls_context). Any other key, or any query on redis://,
+# is refused rather than silently ignored.
 TLS_QUERY_OPTIONS: dict[str, tuple[str, ...] | None] = {
     "ssl_ca_certs": None,  # a file path
     "ssl_certfile": None,

@@ -5,8 +5,8 @@
 -- KEYS     none
 -- ARGV     none
 -- Returns  {seconds, microseconds} since the epoch, as the server's TIME says.
---          (Read here rather than with the client's TIME command: coredis 6
---          reads that reply's second field as milliseconds.)
+--          (Read with a script, as every other exchange of a crawl is, so
+--          that a reading's round trip is the same kind as a step call's.)
 -- Keeps    everything as it is: it reads no key and writes nothing.
 
 return redis.call('TIME')

@@ -1,21 +1,23 @@
 """What the Redis client costs the shared frontier: its import, and its CPU per round trip.
 
-A process of a shared crawl (``--frontier``) imports coredis before it can ask the server
-for anything, and makes about one step call per request in a broad crawl (one to add a
-page's links and one to mark it done, shared with the pages finishing at the same time).
-So coredis's import is in every process's start, before its first request, and its cost
-per call is in the CPU of every request, below anything the crawler's own code can save.
-This measures both, on a private ``redis-server``, in one process on Trio:
+A process of a shared crawl (``--frontier``) imports its Redis client before it can ask
+the server for anything, and makes about one step call per request in a broad crawl (one
+to add a page's links and one to mark it done, shared with the pages finishing at the
+same time). So the client's import is in every process's start, before its first
+request, and its cost per call is in the CPU of every request. The crawler speaks to Redis
+with its own client (``trio_crawler/_redis.py``); this compares it with coredis, a general
+client on AnyIO (installed with the test extras), on a private ``redis-server``, in one
+process on Trio:
 
-* ``import coredis``: the CPU seconds of the import in a fresh interpreter that has
-  already imported the crawler's command line (``trio_crawler._cli``: trio, httpx and the
+* the CPU seconds of each client's import in a fresh interpreter that has already
+  imported the crawler's command line (``trio_crawler._cli``: trio, anyio, httpx and the
   rest are loaded), median of ``--imports`` interpreters;
 * CPU per round trip, each kind ``--calls`` times in each of ``--rounds`` rounds, the
   kinds alternating so that the machine's drift falls on all alike:
 
-  - ``coredis: script call``: a registered one-line Lua script called as the store calls
-    its step script (``Script.__call__``, EVALSHA);
-  - ``coredis: PING``: the client's cheapest command;
+  - ``script call``: a one-line Lua script called by its SHA (EVALSHA) with the step
+    call's arguments, as the store calls its step script;
+  - ``PING``: each client's cheapest command;
   - ``raw RESP: PING``: the same command written and read on a bare Trio stream, the
     floor under any client (no parsing beyond the reply's bytes).
 
@@ -50,19 +52,30 @@ if TYPE_CHECKING:
 IMPORT_PROBE = (
     "import time, trio_crawler._cli\n"
     "started = time.process_time()\n"
-    "import coredis\n"
+    "import {module}\n"
     "print(time.process_time() - started)\n"
 )
+# The modules timed, as the table names them.
+IMPORTS = {"trio_crawler._redis": "ours", "coredis": "coredis"}
 
-KINDS = ("coredis: script call", "coredis: PING", "raw RESP: PING")
+KINDS = (
+    "ours: script call",
+    "coredis: script call",
+    "ours: PING",
+    "coredis: PING",
+    "raw RESP: PING",
+)
 
 
-def import_cpu(python: str, times: int) -> list[float]:
-    """CPU seconds of ``import coredis`` in ``times`` fresh interpreters."""
+def import_cpu(python: str, module: str, times: int) -> list[float]:
+    """CPU seconds of ``import module`` in ``times`` fresh interpreters."""
     results = []
     for _ in range(times):
         done = subprocess.run(
-            [python, "-c", IMPORT_PROBE], capture_output=True, text=True, check=True
+            [python, "-c", IMPORT_PROBE.format(module=module)],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         results.append(float(done.stdout.strip()))
     return results
@@ -81,6 +94,8 @@ async def round_trips(
 ) -> dict[str, list[float]]:
     import coredis
 
+    from trio_crawler._redis import Endpoint, Redis, Script
+
     results: dict[str, list[float]] = {kind: [] for kind in KINDS}
     stream = await trio.open_tcp_stream(host, port)
     ping = b"*1\r\n$4\r\nPING\r\n"
@@ -91,13 +106,19 @@ async def round_trips(
         assert reply == b"+PONG\r\n", reply
         return reply
 
-    async with stream, coredis.Redis.from_url(url, decode_responses=True) as client:
+    ours = Redis(Endpoint.from_url(url), name="bench", connect_timeout=5, answer_timeout=10)
+    args = ["prefix", "1800000000.5", "owner", "60", "[]"]
+    async with (
+        stream,
+        ours,
+        coredis.Redis.from_url(url, decode_responses=True) as client,
+    ):
         script = client.register_script("return ARGV[1]")
-        step_like: Callable[[], Awaitable[object]] = lambda: script(  # noqa: E731
-            keys=["k"], args=["prefix", "1800000000.5", "owner", "60", "[]"]
-        )
+        our_script = Script.of("return ARGV[1]")
         kinds: dict[str, Callable[[], Awaitable[object]]] = {
-            "coredis: script call": step_like,
+            "ours: script call": lambda: ours.run_script(our_script, ["k"], args),
+            "coredis: script call": lambda: script(keys=["k"], args=args),
+            "ours: PING": lambda: ours.execute("PING"),
             "coredis: PING": client.ping,
             "raw RESP: PING": raw_ping,
         }
@@ -113,17 +134,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--imports", type=int, default=5, help="interpreters timing the import")
     args = parser.parse_args(argv)
-    imports = import_cpu(sys.executable, args.imports)
+    imports = {module: import_cpu(sys.executable, module, args.imports) for module in IMPORTS}
     with serve_redis() as redis:
         address = urlsplit(redis.url)
         host, port = address.hostname or "127.0.0.1", address.port or 6379
         trips = trio.run(round_trips, redis.url, host, port, args.calls, args.rounds)
     rows = [
         [
-            "import coredis (after trio_crawler._cli)",
-            f"{1000 * statistics.median(imports):.0f} ms",
+            f"{name}: import (after trio_crawler._cli)",
+            f"{1000 * statistics.median(imports[module]):.1f} ms",
             "",
         ]
+        for module, name in IMPORTS.items()
     ]
     floor = statistics.median(trips["raw RESP: PING"])
     for kind in KINDS:

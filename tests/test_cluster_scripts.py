@@ -556,3 +556,26 @@ def test_an_answer_older_than_the_finish_does_not_undo_it() -> None:
     fresh = {"r": [], "c": [0, 0, 5, 0, 1, 5, 0, 0]}
     session._check_answer(fresh, [])
     assert session.shared == SharedCounts(0, 0, 5, 0, True, 5)
+
+
+def test_the_roots_are_not_sent_again() -> None:
+    """The server has every root before a process's first call (the crawl's creation
+    queued them; a joiner has the same roots), so the store settles the core's roots
+    itself, none new, instead of sending one operation a root to be told so. Other links
+    alone (the sitemaps robots.txt names) still go to the server."""
+    from trio_crawler._frontier import Completion, Offer, Settled
+    from trio_crawler._store_redis import RedisFrontier
+
+    roots = ["http://a.test/", "http://b.test/x"]
+    config = CrawlConfig.create(roots, frontier="redis://127.0.0.1:1/", crawl_id="c")
+    frontier = RedisFrontier(config)
+    answers: list[Settled] = []
+    offers = tuple(Offer((root,), depth=0, redirects_left=10) for root in config.roots)
+    frontier.finish(Completion(None, False, None, offers), lambda _, s: answers.append(s))
+    assert answers == [Settled()]
+    assert frontier.in_flight_count == 0
+    assert set(config.roots) <= frontier.seen_urls()
+    sitemap = (Offer(("http://a.test/sitemap.xml",), depth=0, redirects_left=10, sitemap=1),)
+    frontier.finish(Completion(None, False, None, sitemap), lambda _, s: answers.append(s))
+    assert answers == [Settled()]
+    assert frontier.in_flight_count == 1

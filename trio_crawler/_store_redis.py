@@ -125,6 +125,7 @@ class RedisFrontier:
         # The URLs this process was handed or offered (the shared seen set is the server's).
         self._seen: set[str] = set()
         self.config = config
+        self._roots = frozenset(config.roots)
         self.link = ClusterSession(config)
         self.where = self.link.where
         self.crawl_id = config.crawl_id
@@ -239,12 +240,22 @@ class RedisFrontier:
 
     def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
         """Keep ``completion`` for the next call; ``then`` runs once its links are added."""
-        self._waiting.append((completion, then))
-        if completion.leased and completion.request is not None:
-            self._unsettled.add(completion.request.url)
         for offer in completion.offers:
             if offer.queue:
                 self._seen.update(offer.urls)  # seen by the crawl, once this is applied
+        if completion.request is None and self._roots.issuperset(
+            url for offer in completion.offers for url in offer.urls
+        ):
+            # The roots. The server has every one before this process's first call:
+            # create.lua queues them as it makes the crawl, and a process that joins has
+            # the crawl's roots (other roots are refused). Sent again, they were one
+            # operation a root (57 KB for 500) in every process's first call, each
+            # answered "not new".
+            then(completion, Settled())
+            return
+        self._waiting.append((completion, then))
+        if completion.leased and completion.request is not None:
+            self._unsettled.add(completion.request.url)
 
     def take(self, *, now: float, start_new: bool) -> Taken | None:
         if self._robots_tickets:

@@ -243,3 +243,36 @@ async def test_a_subscription_hears_what_is_published_until_its_connection_goes(
             with pytest.raises(RedisLost):
                 await messages.__anext__()
     assert heard == ["work 1", "finished"]
+
+
+@pytest.mark.anyio
+async def test_a_session_listens_again_after_its_subscription_is_lost(
+    redis: RedisServer,
+) -> None:
+    """The crawl's channel, its connection killed: the session subscribes again, wakes its
+    window (what was published meanwhile is gone), and hears the next message."""
+    from trio_crawler._cluster_session import ClusterSession
+    from trio_crawler._config import CrawlConfig
+
+    config = CrawlConfig.create(["http://a.test/"], frontier=redis.url(), crawl_id="c")
+    session = ClusterSession(config)
+    wakes: list[anyio.Event] = [anyio.Event(), anyio.Event()]
+
+    def wake() -> None:
+        next(event for event in wakes if not event.is_set()).set()
+
+    with anyio.fail_after(LIMIT):
+        async with (
+            client_for(redis.url()) as client,
+            coredis.Redis(port=redis.port, decode_responses=True) as other,
+            anyio.create_task_group() as tasks,
+        ):
+            session._client = client
+            await tasks.start(session.listen, wake)
+            assert await other.client_kill(type_=PureToken.PUBSUB) == 1
+            await wakes[0].wait()  # subscribed again (the wake comes once it is)
+            assert not session.shared.finished
+            assert await other.publish(session.prefix + "events", "finished") == 1
+            await wakes[1].wait()
+            assert session.shared.finished
+            tasks.cancel_scope.cancel()

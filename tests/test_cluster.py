@@ -515,6 +515,51 @@ async def test_a_lost_server_ends_the_crawl_with_records_kept(tmp_path: Path) ->
 
 
 @pytest.mark.trio
+async def test_a_server_that_refuses_writes_is_one_line(tmp_path: Path) -> None:
+    """Redis out of memory (``maxmemory`` reached, no eviction): refused as the crawl is
+    joined, one line and exit 2; refused in the middle of a crawl, the process stops with
+    frontier-lost, exit 1, one line saying what the server said, every record kept."""
+    import coredis
+
+    site = Site(2000, random.Random(f"{SEED}-oom"), pause=0.01)
+    site.arm(100)
+    output = tmp_path / "out.jsonl"
+    full = ("--maxmemory", "1", "--maxmemory-policy", "noeviction")
+    with running_redis(tmp_path / "full", *full) as server, trio.fail_after(HANG_LIMIT):
+        line = await one_line_error(
+            command("trio", server.url(), None, "http://127.0.0.1:9/"), tmp_path
+        )
+        assert line.startswith(
+            f"trio-crawler: error: --frontier {server.url()} refused the crawl: OOM command "
+            "not allowed when used memory > 'maxmemory'."
+        ), line
+    with running_redis(tmp_path / "redis") as server, trio.fail_after(HANG_LIMIT):
+        async with (
+            open_test_server() as http,
+            coredis.Redis(port=server.port, decode_responses=True) as other,
+        ):
+            http.fallback(site.handle)
+            args = command("trio", server.url(), output, "--ignore-robots", http.url("/p/0.html"))
+            async with trio.open_nursery() as nursery:
+
+                async def fill_server() -> None:
+                    await site.triggered.wait()
+                    await other.config_set({"maxmemory-policy": "noeviction", "maxmemory": 1})
+
+                nursery.start_soon(fill_server)
+                run = await run_child(args, tmp_path)
+    assert run.returncode == 1, run
+    assert "Finish reason: frontier-lost" in run.stdout, run
+    errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1, run
+    assert "refused a call: OOM command not allowed" in errors[0], run
+    assert "Traceback" not in run.stderr, run
+    urls = [record["url"] for record in read_records(output, run)]
+    assert len(urls) == len(set(urls)), run
+    assert len(urls) >= site.served - 4, f"{len(urls)} records, {site.served} pages: {run}"
+
+
+@pytest.mark.trio
 async def test_a_server_back_within_the_lease_is_one_line_each_way(tmp_path: Path) -> None:
     """Redis stopped mid-crawl (saving its data) and started again on its port within the
     lease: one warning as it goes, one as it comes back, and the crawl finishes with one

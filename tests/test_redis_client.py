@@ -29,6 +29,7 @@ from trio_crawler._redis import (
     RedisError,
     RedisLost,
     Script,
+    Unavailable,
     _Incomplete,
     encode,
     parse,
@@ -86,6 +87,8 @@ def test_an_error_reply_is_a_value_with_its_kind() -> None:
         b"-ERR invalid password\r\n": (AuthenticationFailed, "invalid password"),
         b"-NOPERM this user has no permissions\r\n": (NotPermitted, "NOPERM"),
         b"-NOSCRIPT No matching script.\r\n": (RedisError, "NOSCRIPT"),
+        b"-LOADING Redis is loading the dataset in memory\r\n": (Unavailable, "LOADING"),
+        b"-BUSY Redis is busy running a script.\r\n": (Unavailable, "BUSY"),
     }
     for wire, (kind, start) in cases.items():
         reply, used = parse(wire, 0)

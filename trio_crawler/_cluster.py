@@ -39,6 +39,7 @@ from ._redis import (
     RedisError,
     RedisLost,
     Script,
+    Unavailable,
 )
 from ._robots import origin_of
 
@@ -88,14 +89,15 @@ def redis_client(url: str, *, name: str = "trio-crawler") -> Redis:
 
 
 # What means the server is away (for now, perhaps): a call is tried again.
-LOST_ERRORS: tuple[type[BaseException], ...] = (RedisLost, TimeoutError, OSError)
+LOST_ERRORS: tuple[type[BaseException], ...] = (RedisLost, Unavailable, TimeoutError, OSError)
 
 
 def refusal(exc: BaseException, where: str) -> ConfigError | None:
     """The one-line error for a server that cannot be used (unreachable, or refusing our
     credentials) or a crawl that cannot be joined (a :class:`ClusterError`, an
     :class:`~trio_crawler._between_runs.OptionChanged`), found in ``exc`` or the group that
-    carries it; None for anything else (a bug, which must surface as one)."""
+    carries it, or any other refusal of the server's (out of memory, read-only); None for
+    anything else (a bug, which must surface as one)."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             found = refusal(inner, where)
@@ -119,6 +121,9 @@ def refusal(exc: BaseException, where: str) -> ConfigError | None:
         # "databases" setting: its SELECT is refused as the connection is made.
         database = urlsplit(where).path.removeprefix("/") or "0"
         return ClusterError(f"{where} has no database {database}: {reason(exc)}")
+    if isinstance(exc, RedisError):
+        # Out of memory, a read-only replica, a command renamed away: the server's word.
+        return ClusterError(f"{where} refused the crawl: {reason(exc)}")
     return None
 
 

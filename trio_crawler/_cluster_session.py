@@ -36,7 +36,7 @@ import secrets
 import socket
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
@@ -57,17 +57,19 @@ from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
 from ._config import roots_in_brief
 from ._frontier import FrontierLost
 from ._option_checks import redacted
-from ._redis import Redis, Script, subscribe
+from ._redis import Redis, RedisError, Script, subscribe
 from ._robots import origin_of
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from ._cluster_ops import Operation
     from ._config import CrawlConfig
     from ._frontier import StoreRuntime
 
 LOGGER = logging.getLogger("trio_crawler")
+
+_T = TypeVar("_T")
 
 # The options a process does not send to the server: where the crawl is, the durable
 # stores' own (none of them says what to crawl), and the headers, which say how to crawl
@@ -409,36 +411,49 @@ class ClusterSession:
             The answer: its ``r`` answers each of ``ops``; its counts are :attr:`shared`.
 
         Raises:
-            FrontierLost: The server was away for that long, or answered nonsense.
+            FrontierLost: The server was away for that long, refused the call, or
+                answered nonsense.
         """
         run = self.runtime.shielded
         payload = json.dumps(ops, separators=(",", ":"))
-        give_up = self.now() + self.lease
         keys = [self.prefix + "meta"]
+
+        async def attempt() -> Any:
+            self.sent_at = self.now()
+            args = [self.prefix, self.server_clock(self.sent_at), self.owner, str(self.lease)]
+            return await run(
+                functools.partial(self.client.run_script, _STEP, keys, [*args, payload])
+            )
+
+        try:
+            raw = await self._retrying(attempt)
+        except RedisError as exc:  # out of memory, say: the changes were not made
+            raise self.lose(
+                f"the shared frontier at {self.where} refused a call: {reason(exc)}"
+            ) from None
+        try:
+            answer = json.loads(raw)
+            if not isinstance(answer, dict):
+                raise ValueError(f"not an answer: {raw!r:.80}")
+            self._check_answer(answer, ops)
+        except (ValueError, TypeError) as exc:
+            raise self.lose(
+                f"the shared frontier at {self.where} answered nonsense: {exc}"
+            ) from None
+        return answer
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        """``attempt()``, tried again with backoff while the server is away, for up to
+        ``lease`` seconds: one warning as it goes, one as it comes back.
+
+        Raises:
+            FrontierLost: The server was away for that long.
+        """
+        give_up = self.now() + self.lease
         pause = 0.1
         while True:
             try:
-                self.sent_at = self.now()
-                args = [
-                    self.prefix,
-                    self.server_clock(self.sent_at),
-                    self.owner,
-                    str(self.lease),
-                    payload,
-                ]
-                raw = await run(functools.partial(self.client.run_script, _STEP, keys, args))
-                answer = json.loads(raw)
-                if not isinstance(answer, dict):
-                    raise ValueError(f"not an answer: {raw!r:.80}")
-                self._check_answer(answer, ops)
-                if self._away_since is not None:
-                    LOGGER.warning(
-                        "shared frontier %s: the server is back after %.1f s",
-                        self.where,
-                        self.now() - self._away_since,
-                    )
-                    self._away_since = None
-                return answer
+                result = await attempt()
             except LOST_ERRORS as exc:
                 if self.now() + pause > give_up:
                     raise self.lose(
@@ -447,10 +462,15 @@ class ClusterSession:
                 self._note_away(exc, give_up)
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 2.0)
-            except ValueError as exc:
-                raise self.lose(
-                    f"the shared frontier at {self.where} answered nonsense: {exc}"
-                ) from None
+                continue
+            if self._away_since is not None:
+                LOGGER.warning(
+                    "shared frontier %s: the server is back after %.1f s",
+                    self.where,
+                    self.now() - self._away_since,
+                )
+                self._away_since = None
+            return result
 
     def _check_answer(self, answer: dict[str, Any], ops: list[Operation]) -> None:
         """Take the shared counts from a step call's answer, and check that it answers
@@ -528,10 +548,11 @@ class ClusterSession:
         )
 
     async def read_origins(self, keys: list[str]) -> list[list[Any]]:
-        """The robots.txt state (``rb``, ``rt``, ``rf``) and delay (``dl``) of each origin.
+        """The robots.txt state (``rb``, ``rt``, ``rf``) and delay (``dl``) of each origin,
+        retried as a step call is.
 
         Raises:
-            FrontierLost: The server did not answer.
+            FrontierLost: The server was away for a lease, or refused the reads.
         """
         client = self.client
 
@@ -544,16 +565,23 @@ class ClusterSession:
             return answers
 
         try:
-            return await self.runtime.shielded(read)
-        except LOST_ERRORS as exc:
-            raise self.lose(f"lost the shared frontier at {self.where}: {reason(exc)}") from None
+            return await self._retrying(functools.partial(self.runtime.shielded, read))
+        except RedisError as exc:
+            raise self.lose(
+                f"the shared frontier at {self.where} refused a read: {reason(exc)}"
+            ) from None
 
     async def read_counts(self) -> SharedCounts | None:
         """The shared counts now (``status.lua``), for a process that leaves; None when
         the server is lost or does not answer them (logged)."""
         if self.lost is not None:
             return None
-        failures: tuple[type[BaseException], ...] = (*LOST_ERRORS, ValueError, TypeError)
+        failures: tuple[type[BaseException], ...] = (
+            *LOST_ERRORS,
+            RedisError,
+            ValueError,
+            TypeError,
+        )
         try:
             answer = await self.client.run_script(
                 _STATUS, [self.prefix + "meta"], [self.prefix, self.server_clock()]

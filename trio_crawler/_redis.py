@@ -24,9 +24,10 @@ type checker). This module speaks RESP2, Redis's wire protocol, directly:
   (:data:`TLS_QUERY_OPTIONS` in :mod:`~trio_crawler._option_checks`).
 
 Failures are of two kinds, as the callers need them: :class:`RedisLost` (an
-:class:`OSError`: no connection, or it broke) and :exc:`TimeoutError` mean try again later;
-:class:`RedisError` is the server's refusal of a command, with subclasses for the
-refusals that ask the operator for something (a password, other credentials).
+:class:`OSError`: no connection, or it broke), :exc:`TimeoutError` and :class:`Unavailable`
+(a server loading its data, or busy) mean try again later; :class:`RedisError` is the
+server's refusal of a command, with subclasses for the refusals that ask the operator for
+something (a password, other credentials).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "RedisError",
     "RedisLost",
     "Script",
+    "Unavailable",
     "subscribe",
 ]
 
@@ -81,6 +83,16 @@ class NotPermitted(RedisError):
     """``NOPERM``: the user may not run a command or touch a key it needs."""
 
 
+class Unavailable(RedisError):
+    """The server cannot answer now and may soon: ``LOADING`` (a restarted server reading
+    its data), ``BUSY`` (another client's script running long), ``MASTERDOWN``,
+    ``TRYAGAIN``. Nothing was done; the command may be sent again."""
+
+
+# The codes of :class:`Unavailable`.
+_UNAVAILABLE = frozenset({"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN"})
+
+
 def _refusal(text: str) -> RedisError:
     """The exception for the server's error reply ``text``, its generic ``ERR`` code
     left out (what follows is the message)."""
@@ -92,6 +104,8 @@ def _refusal(text: str) -> RedisError:
         return AuthenticationFailed(text)
     if code == "NOPERM":
         return NotPermitted(text)
+    if code in _UNAVAILABLE:
+        return Unavailable(text)
     return RedisError(text)
 
 

@@ -4,7 +4,7 @@
 works on: what it holds, and the operations it has still to send. Everything it says to
 the server goes through one :class:`ClusterSession`, which owns
 
-* the connection: the client, the scripts registered on it, and the one-line refusal of a
+* the connection: the client (:mod:`trio_crawler._redis`), and the one-line refusal of a
   server that cannot be used before the crawl is joined;
 * the clock: the server's, read once as the session opens, so that every process of a
   crawl sends the scripts its engine's clock on the server's scale (lua/prelude.lua);
@@ -12,9 +12,10 @@ the server goes through one :class:`ClusterSession`, which owns
   answer says;
 * the step calls, each retried with backoff while the server is away, for up to a lease
   (one warning when it goes, one when it is back), after which the session is *lost*;
-* the reads outside the scripts: an origin's robots.txt state, the counts as the process
-  leaves;
-* the session's tasks: listening on the crawl's channel for ``work`` and ``finished``, and
+* the reads outside the scripts: an origin's robots.txt state (retried as a step call
+  is), the counts as the process leaves;
+* the session's tasks: listening on the crawl's channel for ``work`` and ``finished`` (and
+  subscribing again when its connection is lost), and
   renewing the window's leases every third of a lease; and on the way out, having the
   window give back what it holds, then reading the final counts.
 

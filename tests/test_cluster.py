@@ -21,7 +21,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -469,6 +469,23 @@ async def test_damaged_entries_are_skipped_not_fatal(tmp_path: Path, redis: Redi
     assert urls == {http.url(path) for path in site.paths()}, second
 
 
+async def run_child_then(
+    args: list[str], tmp_path: Path, site: Site, act: Callable[[], Awaitable[None] | None]
+) -> Run:
+    """Run the crawl ``args``; once ``site`` has served its armed page, ``act`` on the
+    server (kill it, fill it) while the crawl goes on."""
+    async with trio.open_nursery() as nursery:
+
+        async def when_triggered() -> None:
+            await site.triggered.wait()
+            done = act()
+            if done is not None:
+                await done
+
+        nursery.start_soon(when_triggered)
+        return await run_child(args, tmp_path)
+
+
 @pytest.mark.trio
 async def test_a_lost_server_ends_the_crawl_with_records_kept(tmp_path: Path) -> None:
     """Redis killed mid-crawl: the process retries for --lease seconds, then stops with
@@ -483,14 +500,7 @@ async def test_a_lost_server_ends_the_crawl_with_records_kept(tmp_path: Path) ->
                 "trio", server.url(), output, "--ignore-robots", "--lease", "2",
                 http.url("/p/0.html"),
             )  # fmt: skip
-            async with trio.open_nursery() as nursery:
-
-                async def kill_server() -> None:
-                    await site.triggered.wait()
-                    server.kill()
-
-                nursery.start_soon(kill_server)
-                run = await run_child(args, tmp_path)
+            run = await run_child_then(args, tmp_path, site, server.kill)
     assert run.returncode == 1, run
     assert "Finish reason: frontier-lost" in run.stdout, run
     # One warning as the server goes, saying until when; one error as the crawl gives up.
@@ -540,14 +550,11 @@ async def test_a_server_that_refuses_writes_is_one_line(tmp_path: Path) -> None:
         ):
             http.fallback(site.handle)
             args = command("trio", server.url(), output, "--ignore-robots", http.url("/p/0.html"))
-            async with trio.open_nursery() as nursery:
 
-                async def fill_server() -> None:
-                    await site.triggered.wait()
-                    await other.config_set({"maxmemory-policy": "noeviction", "maxmemory": 1})
+            async def fill_server() -> None:
+                await other.config_set({"maxmemory-policy": "noeviction", "maxmemory": 1})
 
-                nursery.start_soon(fill_server)
-                run = await run_child(args, tmp_path)
+            run = await run_child_then(args, tmp_path, site, fill_server)
     assert run.returncode == 1, run
     assert "Finish reason: frontier-lost" in run.stdout, run
     errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR")]

@@ -38,7 +38,8 @@ The tools, each against a fresh nginx on the same site:
   the store's own cost, apart from that of splitting the requests over three processes);
   each ``python -m trio_crawler -q --no-progress --delay D --max-per-host 1 --max-tasks N``
   with the roots in a file (``-i FILE``) when ``--help`` lists ``--input-file``, else as
-  arguments (the frontier's joiners get none);
+  arguments (the frontier's joiners get none; they start as the first process has made
+  the crawl, or ``--join-after`` seconds later);
 * Scrapy with its documented broad-crawl settings, ``DOWNLOAD_DELAY = D``,
   ``CONCURRENT_REQUESTS_PER_DOMAIN = 1`` and ``ROBOTSTXT_OBEY`` (``broad_peers.py``);
 * Crawlee for Python's ``ParselCrawler`` at its defaults (no per-host delay exists in it).
@@ -371,6 +372,10 @@ class Setup:
     work: Path
     max_time: float | None = None
     nofile: int | None = None  # our crawlers' soft open-file limit (ulimit -n), if set
+    # Seconds between the crawl's creation and the joiners' start: 0 starts them at once,
+    # so that their interpreters start during the first process's robots.txt burst, as
+    # processes started together would; more shows what that costs.
+    join_after: float = 0.0
 
 
 def our_command(
@@ -647,6 +652,8 @@ def _crawl_shared(
             if connection.command("DBSIZE") > 0:
                 break
             time.sleep(_CREATE_POLL)
+        if setup.join_after > 0:
+            time.sleep(setup.join_after)
         for index in range(1, setup.processes):
             thread = threading.Thread(target=run_one, args=(index,), name=f"crawler-{index}")
             threads.append(thread)
@@ -833,6 +840,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=MODES, default="compare")
     parser.add_argument("--max-tasks", type=int, default=500, help="ours; Scrapy's concurrency")
     parser.add_argument("--processes", type=int, default=3, help="sharing --frontier")
+    parser.add_argument(
+        "--join-after",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="start the --frontier joiners S seconds after the crawl exists (default: at once)",
+    )
     scaling = parser.add_argument_group("--mode scaling: this crawler alone")
     scaling.add_argument(
         "--scaling-hosts", type=_hosts_list, default=[100, 1000, 5000], metavar="H,H,..."
@@ -882,6 +896,8 @@ def _check(args: argparse.Namespace) -> None:
         raise BenchmarkError("--delay and --scaling-delay must be > 0")
     if args.max_tasks < 1 or args.processes < 1:
         raise BenchmarkError("--max-tasks and --processes must be >= 1")
+    if not 0 <= args.join_after < args.timeout:
+        raise BenchmarkError("--join-after must be from 0 to less than --timeout")
 
 
 def run(args: argparse.Namespace) -> tuple[str, bool]:
@@ -919,6 +935,7 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
             timeout=args.timeout,
             work=work / "runs",
             nofile=args.our_nofile,
+            join_after=args.join_after,
         )
         identity = f"Code under test: {package_identity(package_path)}; {our.versions}."
         if args.mode in ("compare", "both"):
@@ -956,6 +973,8 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
             label = LABELS[tool]
             if tool == "ours-frontier":
                 label += f", {len(result.costs)} processes"
+                if setup.join_after > 0:
+                    label += f", joined {setup.join_after:g} s after"
             if result.redis is not None:
                 requests = result.metrics.requests
                 calls = result.redis.script_calls

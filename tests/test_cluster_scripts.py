@@ -579,3 +579,29 @@ def test_the_roots_are_not_sent_again() -> None:
     frontier.finish(Completion(None, False, None, sitemap), lambda _, s: answers.append(s))
     assert answers == [Settled()]
     assert frontier.in_flight_count == 1
+
+
+def test_links_this_process_has_sent_are_not_sent_again() -> None:
+    """A page's links that this process offered before (or was handed) are on the server
+    by the time its call is applied, so the next call leaves them out; links only counted
+    (beyond --max-depth) still go, and each new link goes once."""
+    from trio_crawler._frontier import Completion, Offer
+    from trio_crawler._store_redis import RedisFrontier
+
+    config = CrawlConfig.create(["http://a.test/"], frontier="redis://127.0.0.1:1/", crawl_id="c")
+    frontier = RedisFrontier(config)
+
+    def offered(*urls: str, queue: bool = True) -> Completion:
+        return Completion(None, False, None, (Offer(urls, depth=1, redirects_left=5, queue=queue),))
+
+    frontier.finish(offered("http://a.test/1", "http://a.test/2"), lambda *_: None)
+    frontier.finish(offered("http://a.test/2", "http://a.test/3"), lambda *_: None)
+    frontier.finish(offered("http://a.test/1"), lambda *_: None)
+    frontier.finish(offered("http://a.test/3", "http://a.test/9", queue=False), lambda *_: None)
+    ops, _ = frontier._gather(lease=False)
+    assert [(op["k"], op["u"], op["q"]) for op in ops] == [
+        ("add", ["http://a.test/1", "http://a.test/2"], True),
+        ("add", ["http://a.test/3"], True),
+        ("add", ["http://a.test/3", "http://a.test/9"], False),
+    ]
+    assert frontier.seen_urls() >= {f"http://a.test/{n}" for n in (1, 2, 3)}

@@ -55,6 +55,7 @@ a lost server and the idle wake-ups are timed on the engine's clock.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
@@ -87,6 +88,7 @@ from ._frontier import (
     Completion,
     Disallowed,
     FrontierLost,
+    Offer,
     OutputMode,
     Resumed,
     Settled,
@@ -240,9 +242,7 @@ class RedisFrontier:
 
     def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
         """Keep ``completion`` for the next call; ``then`` runs once its links are added."""
-        for offer in completion.offers:
-            if offer.queue:
-                self._seen.update(offer.urls)  # seen by the crawl, once this is applied
+        offers = self._unsent(completion.offers)
         if completion.request is None and self._roots.issuperset(
             url for offer in completion.offers for url in offer.urls
         ):
@@ -253,9 +253,31 @@ class RedisFrontier:
             # answered "not new".
             then(completion, Settled())
             return
+        if offers is not completion.offers:
+            completion = dataclasses.replace(completion, offers=offers)
         self._waiting.append((completion, then))
         if completion.leased and completion.request is not None:
             self._unsettled.add(completion.request.url)
+
+    def _unsent(self, offers: tuple[Offer, ...]) -> tuple[Offer, ...]:
+        """``offers`` without the links this process has offered or been handed before
+        (``offers`` itself when there are none).
+
+        The server has every one of those by the time this completion's call is applied
+        (calls go in order, and a lease comes from the server), and would answer each
+        "not new": on a site whose pages link to their neighbours, most of a page's links.
+        Left out, they cost neither their JSON nor a lookup in the script. The rest join
+        the links this process has seen, as they will be once the call is applied."""
+        seen = self._seen
+        kept: list[Offer] = []
+        for offer in offers:
+            if offer.queue:  # links only counted are not kept as seen: always sent
+                fresh = tuple(url for url in offer.urls if url not in seen)
+                seen.update(fresh)
+                if len(fresh) != len(offer.urls):
+                    offer = dataclasses.replace(offer, urls=fresh)
+            kept.append(offer)
+        return tuple(kept) if any(a is not b for a, b in zip(kept, offers, strict=True)) else offers
 
     def take(self, *, now: float, start_new: bool) -> Taken | None:
         if self._robots_tickets:

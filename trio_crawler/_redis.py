@@ -252,8 +252,6 @@ class _Link:
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.buffer = bytearray()
-        # Script SHAs this connection's server is known to hold.
-        self.scripts: set[str] = set()
 
     async def read(self) -> Any:
         """The next reply (a :class:`RedisError` as a value)."""
@@ -334,7 +332,9 @@ class Script:
 
     @classmethod
     def of(cls, source: str) -> Script:
-        return cls(source, hashlib.sha1(source.encode()).hexdigest())
+        # The SHA is Redis's name for the script, not a security measure: allowed where
+        # FIPS mode forbids SHA-1 for security.
+        return cls(source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
 
 
 class Redis:

@@ -124,10 +124,12 @@ class RedisFrontier:
     def __init__(self, config: CrawlConfig) -> None:
         # Politeness is the server's: locally, no delay and no host limit.
         self.scheduler = OriginScheduler(delay=0.0, obey_robots=True, max_per_host=None)
-        # The URLs this process was handed or offered (the shared seen set is the server's).
-        self._seen: set[str] = set()
+        # The URLs this process was handed or offered (the shared seen set is the server's),
+        # and the roots: create.lua queues them as it makes the crawl, and a process that
+        # joins has the crawl's roots (other roots are refused), so the server has every
+        # one before this process's first call, and none is sent again.
+        self._seen: set[str] = set(config.roots)
         self.config = config
-        self._roots = frozenset(config.roots)
         self.link = ClusterSession(config)
         self.where = self.link.where
         self.crawl_id = config.crawl_id
@@ -243,14 +245,9 @@ class RedisFrontier:
     def finish(self, completion: Completion, then: Callable[[Completion, Settled], object]) -> None:
         """Keep ``completion`` for the next call; ``then`` runs once its links are added."""
         offers = self._unsent(completion.offers)
-        if completion.request is None and self._roots.issuperset(
-            url for offer in completion.offers for url in offer.urls
-        ):
-            # The roots. The server has every one before this process's first call:
-            # create.lua queues them as it makes the crawl, and a process that joins has
-            # the crawl's roots (other roots are refused). Sent again, they were one
-            # operation a root (57 KB for 500) in every process's first call, each
-            # answered "not new".
+        if completion.request is None and not any(offer.urls for offer in offers):
+            # Links alone, every one already on the server (the roots, say): nothing to
+            # send, and the server's answer is known, none new.
             then(completion, Settled())
             return
         if offers is not completion.offers:
@@ -270,14 +267,15 @@ class RedisFrontier:
         the links this process has seen, as they will be once the call is applied."""
         seen = self._seen
         kept: list[Offer] = []
+        changed = False
         for offer in offers:
             if offer.queue:  # links only counted are not kept as seen: always sent
                 fresh = tuple(url for url in offer.urls if url not in seen)
                 seen.update(fresh)
                 if len(fresh) != len(offer.urls):
-                    offer = dataclasses.replace(offer, urls=fresh)
+                    offer, changed = dataclasses.replace(offer, urls=fresh), True
             kept.append(offer)
-        return tuple(kept) if any(a is not b for a, b in zip(kept, offers, strict=True)) else offers
+        return tuple(kept) if changed else offers
 
     def take(self, *, now: float, start_new: bool) -> Taken | None:
         if self._robots_tickets:

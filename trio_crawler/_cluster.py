@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from ._between_runs import keep_what_to_crawl
-from ._cluster_scripts import DETAILS, STATUS
+from ._cluster_scripts import DETAILS_SCRIPT, STATUS_SCRIPT
 from ._events import FetchRequest
 from ._option_checks import redacted
 from ._options import ConfigError
@@ -38,7 +38,6 @@ from ._redis import (
     Redis,
     RedisError,
     RedisLost,
-    Script,
     Unavailable,
 )
 from ._robots import origin_of
@@ -47,8 +46,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 LOGGER = logging.getLogger("trio_crawler")
-
-_STATUS, _DETAILS = Script.of(STATUS), Script.of(DETAILS)
 
 # The environment variable that holds the server's password when the URL has none, so
 # that it stays out of the command line (and so out of ``ps``).
@@ -249,8 +246,8 @@ async def read_status(url: str, crawl_id: str) -> SharedStatus:
     keys, args = [prefix_of(crawl_id) + "meta"], [prefix_of(crawl_id), ""]
     try:
         async with redis_client(url) as client:
-            counts = await client.run_script(_STATUS, keys, args)
-            details = await client.run_script(_DETAILS, keys, args)
+            counts = await client.run_script(STATUS_SCRIPT, keys, args)
+            details = await client.run_script(DETAILS_SCRIPT, keys, args)
             version = None if counts else await client.hget(keys[0], "v")
     except BaseException as exc:
         refused = refusal(exc, where)

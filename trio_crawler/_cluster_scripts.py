@@ -24,7 +24,20 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-__all__ = ["CLOCK", "CREATE", "DETAILS", "STATUS", "STEP"]
+from ._redis import Script
+
+__all__ = [
+    "CLOCK",
+    "CLOCK_SCRIPT",
+    "CREATE",
+    "CREATE_SCRIPT",
+    "DETAILS",
+    "DETAILS_SCRIPT",
+    "STATUS",
+    "STATUS_SCRIPT",
+    "STEP",
+    "STEP_SCRIPT",
+]
 
 
 def _source(name: str) -> str:
@@ -45,3 +58,8 @@ STATUS = _PRELUDE + _source("status.lua")
 DETAILS = _PRELUDE + _source("details.lua")
 # The server's clock, for a process that joins (lua/clock.lua); no prelude: no keys.
 CLOCK = _source("clock.lua")
+
+# Each as the client runs it: by its SHA, computed once here.
+CREATE_SCRIPT, STEP_SCRIPT, STATUS_SCRIPT, DETAILS_SCRIPT, CLOCK_SCRIPT = (
+    Script.of(source) for source in (CREATE, STEP, STATUS, DETAILS, CLOCK)
+)

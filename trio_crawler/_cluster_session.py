@@ -54,11 +54,11 @@ from ._cluster import (
     refusal,
     where_of,
 )
-from ._cluster_scripts import CLOCK, CREATE, STATUS, STEP
+from ._cluster_scripts import CLOCK_SCRIPT, CREATE_SCRIPT, STATUS_SCRIPT, STEP_SCRIPT
 from ._config import roots_in_brief
 from ._frontier import FrontierLost
 from ._option_checks import redacted
-from ._redis import Redis, RedisError, Script, subscribe
+from ._redis import Redis, RedisError, subscribe
 from ._robots import origin_of
 
 if TYPE_CHECKING:
@@ -76,8 +76,6 @@ _T = TypeVar("_T")
 # stores' own (none of them says what to crawl), and the headers, which say how to crawl
 # and may hold credentials that other processes' operators should not read.
 _NOT_STORED = ("frontier", "crawl_id", "lease", "state", "recrawl", "headers")
-
-_STEP, _STATUS, _CREATE, _CLOCK = (Script.of(source) for source in (STEP, STATUS, CREATE, CLOCK))
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,11 +293,11 @@ class ClusterSession:
         (seen: a tenth of a second on a loaded machine) does not skew its clock against
         the other processes' and bring two requests to one host closer than the delay."""
         runtime, client = self.runtime, self.client
-        await client.run_script(_CLOCK, [], [])  # loaded before the round trips that count
+        await client.run_script(CLOCK_SCRIPT, [], [])  # loaded before the round trips that count
         best: tuple[float, float] | None = None  # (round trip, offset)
         for _ in range(CLOCK_READINGS):
             before = runtime.clock()
-            seconds, microseconds = await client.run_script(_CLOCK, [], [])
+            seconds, microseconds = await client.run_script(CLOCK_SCRIPT, [], [])
             after = runtime.clock()
             offset = int(seconds) + int(microseconds) / 1e6 - (before + after) / 2
             if best is None or after - before < best[0]:
@@ -347,7 +345,7 @@ class ClusterSession:
         try:
             client = self.client
             with anyio.fail_after(CONNECT_TIMEOUT + client.answer_timeout):
-                answer = await client.run_script(_CREATE, [self.prefix + "meta"], args)
+                answer = await client.run_script(CREATE_SCRIPT, [self.prefix + "meta"], args)
         except BaseException as exc:
             refused = refusal(exc, self.where)
             if refused is None:
@@ -423,7 +421,7 @@ class ClusterSession:
             self.sent_at = self.now()
             args = [self.prefix, self.server_clock(self.sent_at), self.owner, str(self.lease)]
             return await run(
-                functools.partial(self.client.run_script, _STEP, keys, [*args, payload])
+                functools.partial(self.client.run_script, STEP_SCRIPT, keys, [*args, payload])
             )
 
         try:
@@ -585,7 +583,7 @@ class ClusterSession:
         )
         try:
             answer = await self.client.run_script(
-                _STATUS, [self.prefix + "meta"], [self.prefix, self.server_clock()]
+                STATUS_SCRIPT, [self.prefix + "meta"], [self.prefix, self.server_clock()]
             )
             return SharedCounts.from_answer(answer)
         except failures as exc:

@@ -72,14 +72,14 @@ class ClusterError(ConfigError):
         super().__init__("frontier", problem)
 
 
-def redis_client(url: str, *, name: str = "trio-crawler") -> Redis:
+def redis_client(url: str) -> Redis:
     """A client for the server ``url`` names, its password from the URL or else from
     :data:`PASSWORD_VARIABLE`; it connects when entered. ``rediss://`` verifies the
     server's certificate and that it names the host, unless the URL's query says otherwise
     (:mod:`trio_crawler._redis`)."""
     return Redis(
         Endpoint.from_url(url, password_variable=PASSWORD_VARIABLE),
-        name=name,
+        name="trio-crawler",
         connect_timeout=CONNECT_TIMEOUT,
         answer_timeout=ANSWER_TIMEOUT,
     )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_crawler import FetchStatistic
-from trio_crawler._report import format_report
+from trio_crawler._report import format_report, report_lines
 from trio_crawler._stats import utc_timestamp
 
 from support import RECORD_KEYS
@@ -70,6 +71,33 @@ def test_report_layout_matches_the_chapter() -> None:
         "Date: Fri Nov 20 12:00:00 2026 local time",
         "Finish reason: deadline",
     ]
+
+
+def test_report_lines_read_the_records_once_and_keep_none() -> None:
+    """The report of a state file is written as its records are read from it: one pass,
+    in the order given, with the same lines as the report of a list."""
+    by_url = sorted(RECORDS, key=lambda stat: stat.url)
+    handed: list[str] = []
+
+    def one_at_a_time() -> Iterator[FetchStatistic]:
+        for stat in by_url:
+            handed.append(stat.url)
+            yield stat
+
+    lines = report_lines(
+        one_at_a_time(), elapsed=2.0, max_tasks=3, todo=0, finish_reason="finished", date="d"
+    )
+    assert next(lines) == "*** Report ***\n"
+    assert next(lines) == "http://h/a 301 redirect http://h/b\n"
+    assert handed == ["http://h/a"], "a record was read before its line was wanted"
+    rest = list(lines)
+    assert handed == [stat.url for stat in by_url]
+    expected = format_report(
+        RECORDS, elapsed=2.0, max_tasks=3, todo=0, finish_reason="finished", date="d"
+    )
+    assert "*** Report ***\nhttp://h/a 301 redirect http://h/b\n" + "".join(rest) == expected
+    assert "Done: 6\n" in rest
+    assert "Finished 6 urls in 2.000 secs (max_tasks=3) (1.000 urls/sec/task)\n" in rest
 
 
 def test_only_counted_counters_are_printed_and_zero_time_is_safe() -> None:

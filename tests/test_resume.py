@@ -181,6 +181,10 @@ async def test_a_finished_crawl_is_reported_not_crawled_again(tmp_path: Path) ->
     assert site.served == served, "a finished crawl made requests"
     assert "Done: 50" in again.stdout, again
     assert "Finish reason: finished" in again.stdout, again
+    # Read from the file in URL order, the listing is the one the crawl printed.
+    listed = again.stdout.split("\nFinished ")[0].splitlines()[1:]
+    assert len(listed) == 50, again
+    assert listed == sorted(listed) == first.stdout.split("\nFinished ")[0].splitlines()[1:]
     check_output(output, site, server.url(""), str(again))
 
 

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import gc
 import logging
+import operator
 import os
 import signal
 import sys
@@ -47,7 +48,7 @@ from ._cli_args import (
 from ._handler import load_handler
 from ._options import ConfigError
 from ._output import OutputFiles
-from ._report import format_report
+from ._report import report_lines
 from ._stores import check_output, find_stored_options, read_status
 
 if TYPE_CHECKING:
@@ -260,7 +261,8 @@ class CrawlRun:
         finally:
             if self.crawler is not None:
                 with _signals_held() as held:
-                    print(_report(self.crawler), end="", file=report_stream, flush=True)
+                    report_stream.writelines(_report(self.crawler))
+                    report_stream.flush()
         if self.unusable_state is not None:  # nothing ran, nothing in the file changed
             print(f"{PROG}: error: {for_the_command_line(self.unusable_state)}", file=sys.stderr)
             return EXIT_USAGE
@@ -406,9 +408,12 @@ def _signals_held() -> Iterator[list[int]]:
             signal.signal(signum, handler)
 
 
-def _report(crawler: AnyCrawler) -> str:
-    return format_report(
-        crawler.done,
+def _report(crawler: AnyCrawler) -> Iterator[str]:
+    """The report's lines; a state file's records are read from it in URL order, one at
+    a time, rather than all into memory and sorted there."""
+    kept = crawler.store.records(by_url=True)
+    return report_lines(
+        sorted(crawler.done, key=operator.attrgetter("url")) if kept is None else kept,
         elapsed=crawler.elapsed,
         max_tasks=crawler.max_tasks,
         todo=crawler.statistics().todo,

@@ -254,7 +254,7 @@ class CrawlerBase(abc.ABC):
         this process's records.
         """
         kept = self.store.records()
-        return self.state.done if kept is None else kept
+        return self.state.done if kept is None else list(kept)
 
     @property
     def records_made(self) -> int:

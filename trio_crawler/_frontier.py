@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from ._events import FetchRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Iterator, Mapping
     from contextlib import AbstractAsyncContextManager
 
     from ._events import RobotsRequest
@@ -489,9 +489,11 @@ class StoreShell(Protocol):
         """
         ...
 
-    def records(self) -> list[FetchStatistic] | None:
-        """The crawl's records, if the store keeps them (read after the crawl); None
-        when the core's in-memory list is the record."""
+    def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic] | None:
+        """The crawl's records, if the store keeps them, in the order made or ``by_url``
+        (sorted by URL, for the report); None when the core's in-memory list is the
+        record. Read after the crawl, one at a time: a long crawl's do not fit in memory.
+        """
         ...
 
     def report_notes(self) -> list[str]:

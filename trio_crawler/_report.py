@@ -8,12 +8,13 @@ are the chapter's, which scripts written for it may parse; ``Finish reason`` is 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
-from ._stats import FetchStatistic, count_records
+from ._stats import FetchStatistic, count_record
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 
 def url_line(stat: FetchStatistic) -> str:
@@ -41,10 +42,42 @@ def format_report(
     date: str | None = None,
     made: int | None = None,
 ) -> str:
-    """The whole report, newline-terminated.
+    """The whole report, newline-terminated: :func:`report_lines` of ``records`` sorted
+    by URL, joined."""
+    lines = report_lines(
+        sorted(records, key=lambda stat: stat.url),
+        elapsed=elapsed,
+        max_tasks=max_tasks,
+        todo=todo,
+        finish_reason=finish_reason,
+        extra_counters=extra_counters,
+        notes=notes,
+        date=date,
+        made=made,
+    )
+    return "".join(lines)
+
+
+def report_lines(
+    by_url: Iterable[FetchStatistic],
+    *,
+    elapsed: float,
+    max_tasks: int,
+    todo: int,
+    finish_reason: str,
+    extra_counters: Mapping[str, int] | None = None,
+    notes: Sequence[str] = (),
+    date: str | None = None,
+    made: int | None = None,
+) -> Iterator[str]:
+    """The report, one newline-terminated line at a time.
+
+    The records are read once, in the order given, and none is kept: a state file's
+    records can come straight from the file, so the report of a crawl of millions of pages
+    takes no more memory than one of ten.
 
     Args:
-        records: Every record of the crawl; they are listed sorted by URL.
+        by_url: Every record of the crawl, sorted by URL (the order they are listed in).
         elapsed: Seconds the crawl ran.
         max_tasks: The crawl's worker count, for the urls/sec/task figure.
         todo: URLs queued or in flight when the crawl ended.
@@ -54,24 +87,29 @@ def format_report(
         notes: Lines of the report's own after the counters (a shared crawl's totals).
         date: The ``Date:`` value; defaults to the local time now, as the chapter's.
         made: How many records this run made, for the rate line (``Finished N urls in S
-            secs``), which is this run's; defaults to all of ``records``. A resumed crawl's
-            report lists the whole crawl's records, but its rate line counts only the
-            records made in the ``elapsed`` seconds of this run.
+            secs``), which is this run's; defaults to all of the records. A resumed
+            crawl's report lists the whole crawl's records, but its rate line counts only
+            the records made in the ``elapsed`` seconds of this run.
     """
-    made = len(records) if made is None else made
+    yield "*** Report ***\n"
+    counters: Counter[str] = Counter()
+    listed = 0
+    for stat in by_url:
+        count_record(counters, stat)
+        listed += 1
+        yield url_line(stat) + "\n"
+    made = listed if made is None else made
     speed = made / elapsed / max_tasks if elapsed > 0 and max_tasks else 0.0
-    counters = count_records(records)
-    counters.update(extra_counters or {})
-    lines = ["*** Report ***"]
-    lines.extend(url_line(stat) for stat in sorted(records, key=lambda stat: stat.url))
-    lines.append(
+    yield (
         f"Finished {made} urls in {elapsed:.3f} secs"
-        f" (max_tasks={max_tasks}) ({speed:.3f} urls/sec/task)"
+        f" (max_tasks={max_tasks}) ({speed:.3f} urls/sec/task)\n"
     )
-    lines.extend(f"{count:10d} {key}" for key, count in sorted(counters.items()))
-    lines.extend(notes)
-    lines.append(f"Todo: {todo}")
-    lines.append(f"Done: {len(records)}")
-    lines.append(f"Date: {date if date is not None else time.ctime()} local time")
-    lines.append(f"Finish reason: {finish_reason}")
-    return "\n".join(lines) + "\n"
+    counters.update(extra_counters or {})
+    for key, count in sorted(counters.items()):
+        yield f"{count:10d} {key}\n"
+    for note in notes:
+        yield note + "\n"
+    yield f"Todo: {todo}\n"
+    yield f"Done: {listed}\n"
+    yield f"Date: {date if date is not None else time.ctime()} local time\n"
+    yield f"Finish reason: {finish_reason}\n"

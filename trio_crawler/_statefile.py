@@ -242,11 +242,23 @@ class StateFile:
         )
         return [OriginNote(*row) for row in rows]
 
-    def records(self, after: int = 0) -> Iterator[tuple[int, str]]:
-        """This pass's records (id, JSON line) after record ``after``, in the order made."""
+    def records(self, after: int = 0, *, by_url: bool = False) -> Iterator[tuple[int, str]]:
+        """This pass's records (id, JSON line) after record ``after``, in the order made,
+        or ``by_url``, sorted by their URL.
+
+        SQLite sorts them (in its own bounded memory, spilling to a temporary file), and
+        the rows are read one at a time, however many there are. Its BINARY collation
+        compares UTF-8 bytes, which orders text as Python orders ``str``. A row whose JSON
+        is not valid sorts first (its URL unknown); the caller skips it.
+        """
+        order = (
+            "CASE WHEN json_valid(json) THEN json_extract(json, '$.url') END, id"
+            if by_url
+            else "id"
+        )
         with self._reading() as db:
             yield from db.execute(
-                "SELECT id, json FROM records WHERE pass = ? AND id > ? ORDER BY id",
+                f"SELECT id, json FROM records WHERE pass = ? AND id > ? ORDER BY {order}",
                 (self.pass_number, after),
             )
 

@@ -186,15 +186,21 @@ def count_records(records: Iterable[FetchStatistic]) -> Counter[str]:
     """
     counters: Counter[str] = Counter()
     for stat in records:
-        kind = stat.kind
-        counters[kind] += 1
-        if kind == "fail":
-            assert stat.exception is not None
-            counters[f"fail_{exception_name(stat.exception)}"] += 1
-        elif kind in ("html", "other", "error"):
-            counters[f"{kind}_bytes"] += stat.size
-        if kind in ("error", "not_modified"):
-            counters[f"status_{stat.status}"] += 1
-        if stat.handler_error is not None:
-            counters["handler_error"] += 1
+        count_record(counters, stat)
     return counters
+
+
+def count_record(counters: Counter[str], stat: FetchStatistic) -> None:
+    """Add one record to ``counters`` (see :func:`count_records`), for a caller that
+    reads the records one at a time and keeps none."""
+    kind = stat.kind
+    counters[kind] += 1
+    if kind == "fail":
+        assert stat.exception is not None
+        counters[f"fail_{exception_name(stat.exception)}"] += 1
+    elif kind in ("html", "other", "error"):
+        counters[f"{kind}_bytes"] += stat.size
+    if kind in ("error", "not_modified"):
+        counters[f"status_{stat.status}"] += 1
+    if stat.handler_error is not None:
+        counters["handler_error"] += 1

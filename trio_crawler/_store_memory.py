@@ -20,7 +20,7 @@ from ._frontier import Completion, OutputMode, Resumed, Settled, Taken
 from ._scheduler import OriginScheduler
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
     from ._events import FetchRequest, RobotsRequest
     from ._frontier import StoreRuntime
@@ -229,7 +229,7 @@ class MemoryFrontier:
     async def settle(self, request: FetchRequest) -> None:
         return
 
-    def records(self) -> list[FetchStatistic] | None:
+    def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic] | None:
         return None
 
     def report_notes(self) -> list[str]:

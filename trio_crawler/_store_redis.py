@@ -99,7 +99,7 @@ from ._robots import RobotsRules, origin_of
 from ._scheduler import OriginScheduler
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
 
     from ._cluster import SharedCounts
     from ._config import CrawlConfig
@@ -688,7 +688,7 @@ class RedisFrontier:
         """None: each process's report and outputs hold the records it makes."""
         return None
 
-    def records(self) -> list[FetchStatistic] | None:
+    def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic] | None:
         return None
 
     def attach_output(self, output: RecordOutput) -> None:

@@ -60,7 +60,7 @@ from ._statefile import Batch, Committed, StateFile
 from ._statefile_rows import OriginNote, items_from_text, record_from_line, request_from_row
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
 
     from ._config import CrawlConfig
     from ._events import FetchRequest
@@ -336,17 +336,15 @@ class StoredFrontier:
             return False
         return bool(self._waiting or self._batch) or self._wants_rows(starved=starved) > 0
 
-    def records(self) -> list[FetchStatistic] | None:
-        """This pass's records, read from the file; a row that is not one is logged and
-        skipped (the file is checked as SQLite when opened, not row by row)."""
-        records = []
-        for record_id, line in self.file.records():
+    def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic]:
+        """This pass's records, read from the file one at a time; a row that is not one is
+        logged and skipped (the file is checked as SQLite when opened, not row by row)."""
+        for record_id, line in self.file.records(by_url=by_url):
             record = record_from_line(line)
             if record is None:
                 LOGGER.warning("state file: record %d is not a record; skipped", record_id)
             else:
-                records.append(record)
-        return records
+                yield record
 
     def report_notes(self) -> list[str]:
         return []

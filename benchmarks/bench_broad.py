@@ -108,6 +108,7 @@ from benchmarks.broad_site import (
 )
 from benchmarks.measure import (
     ChildCost,
+    compiled,
     markdown_table,
     package_identity,
     parts_argument,
@@ -912,7 +913,9 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
                 shutil.rmtree(work / stale, ignore_errors=True)
         else:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-broad-")))
-        package_path = args.snapshot or snapshot_package(work / "snapshot")
+        package_path = (
+            compiled(args.snapshot) if args.snapshot else snapshot_package(work / "snapshot")
+        )
         env = snapshot_environment(package_path)
         scratch = work / "scratch"
         scratch.mkdir()

@@ -47,6 +47,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import compileall
 import cProfile
 import datetime
 import io
@@ -245,6 +246,7 @@ def _snapshot_package(directory: Path) -> Path:
     shutil.copytree(
         source, directory / "trio_crawler", ignore=shutil.ignore_patterns("__pycache__")
     )
+    compileall.compile_dir(directory / "trio_crawler", quiet=1)  # as pip does on install
     return directory
 
 

@@ -96,6 +96,7 @@ from benchmarks.bench_slow import (
 )
 from benchmarks.measure import (
     ChildCost,
+    compiled,
     markdown_table,
     package_identity,
     parts_argument,
@@ -983,7 +984,9 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
     passed = True
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as work:
         workdir = Path(work)
-        package_path = args.snapshot or snapshot_package(workdir / "snapshot")
+        package_path = (
+            compiled(args.snapshot) if args.snapshot else snapshot_package(workdir / "snapshot")
+        )
         env = snapshot_environment(package_path)
         our = probe_our_python(label, python, package_path=package_path, env=env, cwd=workdir)
         with serve_redis() as redis:

@@ -70,6 +70,7 @@ if __package__ in (None, ""):
 from benchmarks.measure import (
     REPOSITORY,
     ChildCost,
+    compiled,
     markdown_table,
     package_identity,
     run_main,
@@ -630,7 +631,9 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
     interpreters = args.our_python or [("", sys.executable)]
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as work:
         workdir = Path(work)
-        package_path = args.snapshot or snapshot_package(workdir / "snapshot")
+        package_path = (
+            compiled(args.snapshot) if args.snapshot else snapshot_package(workdir / "snapshot")
+        )
         our_env = snapshot_environment(package_path)
         ours = [
             probe_our_python(label, python, package_path=package_path, env=our_env, cwd=workdir)

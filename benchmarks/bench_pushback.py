@@ -65,6 +65,7 @@ if __package__ in (None, ""):
 from benchmarks.bench_engines import snapshot_environment
 from benchmarks.measure import (
     REPOSITORY,
+    compiled,
     markdown_table,
     package_identity,
     parts_argument,
@@ -366,7 +367,9 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
     notes: list[str] = []
     rows: list[list[object]] = []
     with tempfile.TemporaryDirectory(prefix="bench-pushback-run-") as work:
-        package_path = args.snapshot or snapshot_package(Path(work, "snapshot"))
+        package_path = (
+            compiled(args.snapshot) if args.snapshot else snapshot_package(Path(work, "snapshot"))
+        )
         our_env = snapshot_environment(package_path)
         commands: dict[str, Callable[[list[str]], list[str]]] = {}
         for tool in args.tools:

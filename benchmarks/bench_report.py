@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 
 from benchmarks.measure import (
     ChildCost,
+    compiled,
     markdown_table,
     package_identity,
     run_main,
@@ -114,7 +115,7 @@ def main() -> None:
         work = Path(directory)
         packages = {"this": snapshot_package(work / "this")}
         if args.snapshot is not None:
-            packages = {"snapshot": args.snapshot, **packages}
+            packages = {"snapshot": compiled(args.snapshot), **packages}
         for name, package in packages.items():
             print(f"{name}: {package_identity(package)}")
         for count in counts:

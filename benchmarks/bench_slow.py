@@ -57,6 +57,7 @@ from benchmarks.bench_engines import (
 )
 from benchmarks.measure import (
     ChildCost,
+    compiled,
     markdown_table,
     package_identity,
     raise_open_file_limit,
@@ -199,7 +200,9 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
     problems = []
     with tempfile.TemporaryDirectory(prefix="bench-slow-") as work:
         workdir = Path(work)
-        package_path = args.snapshot or snapshot_package(workdir / "snapshot")
+        package_path = (
+            compiled(args.snapshot) if args.snapshot else snapshot_package(workdir / "snapshot")
+        )
         env = snapshot_environment(package_path)
         our = probe_our_python(label, python, package_path=package_path, env=env, cwd=workdir)
         server = SlowServer(

@@ -19,6 +19,7 @@ by every script that prints a table.
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import hashlib
 import os
@@ -299,7 +300,22 @@ def snapshot_package(directory: Path) -> Path:
     shutil.copytree(
         PACKAGE, directory / "trio_crawler", ignore=shutil.ignore_patterns("__pycache__")
     )
-    return directory
+    return compiled(directory)
+
+
+def compiled(package_path: Path) -> Path:
+    """Compile the bytecode of the ``trio_crawler`` package in ``package_path`` (a
+    PYTHONPATH entry) once, as pip does when it installs a package; return the entry.
+
+    A package run from source without its ``__pycache__`` is compiled by every process
+    that imports it when ``PYTHONDONTWRITEBYTECODE`` is set, or by the first one
+    otherwise: about 45 ms of CPU a start on the 2-CPU VM (0.31 s against 0.26 s), which
+    the peers, installed with their bytecode, never pay. Files already compiled are left
+    as they are.
+    """
+    if not compileall.compile_dir(package_path / "trio_crawler", quiet=1):
+        raise RuntimeError(f"cannot compile the package in {package_path}")
+    return package_path
 
 
 def package_identity(package_path: Path) -> str:

@@ -533,6 +533,44 @@ async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share
             ]
 
 
+@pytest.mark.trio
+async def test_a_process_that_went_quiet_counts_for_no_share(tmp_path: Path) -> None:
+    """Processes that found nothing to lease and then stopped calling (they left, or
+    died) are still in the idle set; they must not shrink the share of the ones at
+    work: counted, o1's share of its 6 leases over 3 processes was 3, and it could
+    lease no origin's next URL ahead for as long as the crawl lasted."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create, step = client.register_script(CREATE), client.register_script(STEP)
+
+            async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
+                args = [P, str(at), owner, "60", json.dumps(ops)]
+                answer: dict[str, Any] = json.loads(await step(keys=[P + "meta"], args=args))
+                return answer
+
+            origins = [f"http://h{n}.test" for n in range(6)]
+            roots = [f"{key}/" for key in origins]
+            args = [P, "1000", json.dumps(roots), json.dumps({"adapt": False}), "0", "2", "1"]
+            args += ["10", *[item for root in roots for item in (root, origin(root))]]
+            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+            adds = [
+                {"k": "add", "o": key, "u": [f"{key}/1"], "d": 1, "r": 10, "s": 0,
+                 "f": False, "q": True}
+                for key in origins
+            ]  # fmt: skip
+            await call("o1", 1000, adds)
+            assert len((await call("o1", 1000, [{"k": "lease", "n": 6}]))["l"]) == 6
+            for quiet in ("o2", "o3"):
+                assert not (await call(quiet, 1000.5, [{"k": "lease", "n": 4}]))["l"]
+            assert await client.smembers(P + "idle") == {"o2", "o3"}
+            # 40 s on, more than half a lease since o2 and o3 last called.
+            done = {"k": "done", "u": roots[0], "o": origins[0], "rec": 1, "t": 1039.9, "a": 1}
+            answer = await call("o1", 1040, [done])
+            assert [(entry_url(item[1]), item[2]) for item in answer["l"]] == [
+                (f"{origins[0]}/1", pytest.approx(1.9))
+            ]
+
+
 def test_a_work_message_says_when_the_work_is_ready() -> None:
     """``work N T`` gives the server time at which work will be ready; ``work N``, or a T
     that is no time, means work is ready now."""

@@ -338,7 +338,8 @@ end
 -- and one more, so that a share met exactly does not flap. Otherwise the origin goes to
 -- 'ready' for the others: the first process leases every root's robots.txt before the
 -- others join, and would keep every origin for good; one host with a delay would stay
--- with one process. A process counts as live as orphans() says.
+-- with one process. A process counts as live as orphans() says: one that waited with
+-- nothing and then stopped calling (it left, or died) counts for no share.
 local share, hungry = nil, false
 local function below_share()
   if share == nil then
@@ -346,11 +347,10 @@ local function below_share()
     local counted = redis.call('HEXISTS', HOLDS, owner) == 1
     for _, who in ipairs(redis.call('SMEMBERS', IDLE)) do
       if redis.call('HEXISTS', HOLDS, who) == 0 then
-        live = live + 1
         if who == owner then
-          counted = true
-        elseif not hungry then
-          hungry = is_live(last_call(who))
+          live, counted = live + 1, true
+        elseif is_live(last_call(who)) then
+          live, hungry = live + 1, true
         end
       end
     end

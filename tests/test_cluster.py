@@ -362,6 +362,15 @@ async def test_sigint_gives_leases_back_at_once(tmp_path: Path, redis: RedisServ
     urls = union(outputs, context)
     assert len(urls) == len(set(urls)), f"a URL has two records: {context}"
     assert set(urls) == {http.url(path) for path in site.paths()}, context
+    # Each process said it left, the interrupted one too: none is still counted as
+    # waiting for work, or timed as live.
+    import coredis
+
+    from trio_crawler._cluster import prefix_of
+
+    async with coredis.Redis(port=redis.port, decode_responses=True) as client:
+        assert await client.smembers(prefix_of("crawl") + "idle") == set(), context
+        assert await client.hgetall(prefix_of("crawl") + "owners") == {}, context
 
 
 @pytest.mark.trio

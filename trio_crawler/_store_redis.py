@@ -752,6 +752,7 @@ class RedisFrontier:
         unsettled = self._unsettled
         leaving = {member: req for member, req in self._held.items() if member not in unsettled}
         self._ops += give_back_operations(leaving)
+        self._ops.append({"k": "bye"})  # last: no longer idle, nor timed as live
         self._robots_tickets.clear()
         self._held.clear()
         self._waiting_ahead.clear()

@@ -39,6 +39,8 @@
 --   lease   n: up to n more requests -> 0 (what was leased is in "l"); with
 --           a budget, a URL's first lease counts in it, and once it is spent
 --           only URLs counted before are leased (and no robots.txt)
+--   bye     (nothing): the caller leaves the crawl, after its other operations:
+--           no longer idle, nor among the processes whose calls are timed -> 0
 -- Returns  JSON: {"r": the results, in the operations' order,
 --                 "l": what was leased, ["p", entry, seconds until it may
 --                      start (0 or less: since when it could)] | ["r", origin],
@@ -121,6 +123,7 @@ local SHAPES = {
   end,
   renew = function(op) return texts(op.u) end,
   lease = function(op) return number(op.n) end,
+  bye = function() return true end,
 }
 if type(ops) ~= 'table' then return cjson.encode({bad = 0}) end
 for i, op in ipairs(ops) do
@@ -520,6 +523,9 @@ for i, op in ipairs(ops) do
     end
   elseif k == 'lease' then
     if not fin then lease(op.n) end
+  elseif k == 'bye' then
+    redis.call('SREM', IDLE, owner)
+    redis.call('HDEL', OWNERS, owner)
   end
   results[i] = result
 end

@@ -480,6 +480,18 @@ def test_records_by_url_come_in_the_order_python_sorts_them(
         store.close()
 
 
+def test_records_of_a_file_gone_since_are_one_error(
+    finished_state: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The report reads the records after the crawl closed the file; a file removed by
+    then is an error logged, and no records, not a traceback at the report."""
+    _, store = open_crawl(finished_state)
+    store.close()
+    finished_state.unlink()
+    assert list(store.records(by_url=True)) == []
+    assert f"cannot read the records in the state file {finished_state}" in caplog.text
+
+
 def test_the_state_file_is_sqlite_in_wal_mode(finished_state: Path) -> None:
     db = sqlite3.connect(finished_state)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -338,13 +338,21 @@ class StoredFrontier:
 
     def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic]:
         """This pass's records, read from the file one at a time; a row that is not one is
-        logged and skipped (the file is checked as SQLite when opened, not row by row)."""
-        for record_id, line in self.file.records(by_url=by_url):
-            record = record_from_line(line)
-            if record is None:
-                LOGGER.warning("state file: record %d is not a record; skipped", record_id)
-            else:
-                yield record
+        logged and skipped (the file is checked as SQLite when opened, not row by row).
+
+        A file that can no longer be read (removed since, a disk error) ends them with one
+        error logged: they are read for the report, after the crawl, which is no place for
+        a traceback.
+        """
+        try:
+            for record_id, line in self.file.records(by_url=by_url):
+                record = record_from_line(line)
+                if record is None:
+                    LOGGER.warning("state file: record %d is not a record; skipped", record_id)
+                else:
+                    yield record
+        except sqlite3.Error as exc:
+            LOGGER.error("cannot read the records in the state file %s: %s", self.file.path, exc)
 
     def report_notes(self) -> list[str]:
         return []

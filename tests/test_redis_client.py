@@ -9,10 +9,12 @@ outside party here where one is needed (publishing, killing our connections).
 
 from __future__ import annotations
 
+import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import coredis
 import pytest
 from coredis.tokens import PureToken
@@ -21,6 +23,9 @@ from hypothesis import strategies as st
 from redis_server import RedisServer, running_redis
 
 from trio_crawler._redis import (
+    KEEPALIVE_IDLE,
+    KEEPALIVE_INTERVAL,
+    KEEPALIVE_PROBES,
     AuthenticationFailed,
     AuthenticationRequired,
     Endpoint,
@@ -31,6 +36,7 @@ from trio_crawler._redis import (
     Script,
     Unavailable,
     _Incomplete,
+    _Messages,
     encode,
     parse,
     subscribe,
@@ -246,6 +252,33 @@ async def test_a_subscription_hears_what_is_published_until_its_connection_goes(
             with pytest.raises(RedisLost):
                 await messages.__anext__()
     assert heard == ["work 1", "finished"]
+
+
+@pytest.mark.anyio
+async def test_every_connection_is_probed_while_idle(redis: RedisServer) -> None:
+    """A subscription waits for messages for minutes on end: its connection, and the
+    commands' one, are probed by TCP keepalive, so a server that vanished without a word
+    is noticed (see _keep_alive)."""
+    endpoint = Endpoint.from_url(redis.url())
+
+    def probed(stream: anyio.abc.ByteStream) -> None:
+        sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == KEEPALIVE_INTERVAL
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == KEEPALIVE_PROBES
+
+    with anyio.fail_after(LIMIT):
+        async with (
+            client_for(redis.url()) as client,
+            subscribe(endpoint, "events", name="t", connect_timeout=5.0) as messages,
+        ):
+            assert await client.execute("PING") == "PONG"
+            assert client._link is not None
+            probed(client._link.stream)
+            assert isinstance(messages, _Messages)
+            probed(messages._link.stream)
 
 
 @pytest.mark.anyio

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import ssl
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -308,6 +309,7 @@ async def _open(endpoint: Endpoint, name: str, connect_timeout: float) -> _Link:
         # Refused, unreachable; the certificate refused (ssl.SSLError, which AnyIO may
         # carry as the cause of a broken stream).
         raise RedisLost(f"cannot connect to {endpoint.host}:{endpoint.port}") from exc
+    _keep_alive(stream)
     link = _Link(stream)
     try:
         commands = endpoint.login(name)
@@ -321,6 +323,38 @@ async def _open(endpoint: Endpoint, name: str, connect_timeout: float) -> _Link:
         await link.close()
         raise
     return link
+
+
+# TCP keepalive on every connection: probed after KEEPALIVE_IDLE seconds without traffic,
+# then every KEEPALIVE_INTERVAL, and given up after KEEPALIVE_PROBES unanswered.
+KEEPALIVE_IDLE = 60
+KEEPALIVE_INTERVAL = 10
+KEEPALIVE_PROBES = 3
+
+
+def _keep_alive(stream: anyio.abc.ByteStream) -> None:
+    """Have the kernel probe the connection while it is idle.
+
+    A subscription can wait minutes for a message. Were the server's machine to vanish,
+    or a firewall or NAT on the way to forget the connection, no error would ever come,
+    and the process would not hear the crawl's news again (it would still look for work
+    once a lease period). Probed, the connection fails within about 90 s, and the listener
+    subscribes again; the probes also keep a middlebox from forgetting it in the first
+    place. Redis's own ``tcp-keepalive`` probes from the server's side only.
+    """
+    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # Linux names; macOS has TCP_KEEPALIVE for the idle time (and the other two since 10.15).
+    idle = getattr(socket, "TCP_KEEPIDLE", getattr(socket, "TCP_KEEPALIVE", None))
+    for option, value in (
+        (idle, KEEPALIVE_IDLE),
+        (getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL),
+        (getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_PROBES),
+    ):
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -752,10 +752,14 @@ class RedisFrontier:
         unsettled = self._unsettled
         leaving = {member: req for member, req in self._held.items() if member not in unsettled}
         self._ops += give_back_operations(leaving)
-        self._ops.append({"k": "bye"})  # last: no longer idle, nor timed as live
         self._robots_tickets.clear()
         self._held.clear()
         self._waiting_ahead.clear()
         if self.lost is None:
             self._scheduling = lambda: False
+            await self.sync()
+            # Then, alone, the call that says this process is gone (no longer idle, nor
+            # timed as live): last, as a page's done goes in a call after its links', and
+            # any call after it would count the process again.
+            self._ops.append({"k": "bye"})
             await self.sync()

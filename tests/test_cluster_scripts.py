@@ -21,6 +21,7 @@ import os
 import random
 import re
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -460,6 +461,27 @@ async def test_a_hosts_delay_runs_from_the_times_the_caller_gives(tmp_path: Path
             assert leased(await call("a", 1002.3, [lease], prefix=third)) == urls[:1]
 
 
+SIX_HOSTS = [f"http://h{n}.test" for n in range(6)]
+SIX_ROOTS = [f"{key}/" for key in SIX_HOSTS]
+StepCall = Callable[[str, float, list[dict[str, Any]]], Awaitable[dict[str, Any]]]
+
+
+async def six_hosts_at_a_delay(client: Any) -> StepCall:
+    """A crawl of SIX_ROOTS made at 1000 (no robots.txt, no pace, a delay of 2 s, one
+    request at a time to a host); the step call on it, as a process makes it."""
+    create, step = client.register_script(CREATE), client.register_script(STEP)
+    args = [P, "1000", json.dumps(SIX_ROOTS), json.dumps({"adapt": False}), "0", "2", "1"]
+    args += ["10", *[item for root in SIX_ROOTS for item in (root, origin(root))]]
+    assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+
+    async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        args = [P, str(at), owner, "60", json.dumps(ops)]
+        answer: dict[str, Any] = json.loads(await step(keys=[P + "meta"], args=args))
+        return answer
+
+    return call
+
+
 @pytest.mark.trio
 async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share(
     tmp_path: Path,
@@ -473,12 +495,8 @@ async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share
     'ready' for a worker, which would wait longer."""
     with running_redis(tmp_path / "redis") as server:
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
-            create, step = client.register_script(CREATE), client.register_script(STEP)
-
-            async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
-                args = [P, str(at), owner, "60", json.dumps(ops)]
-                answer: dict[str, Any] = json.loads(await step(keys=[P + "meta"], args=args))
-                return answer
+            call = await six_hosts_at_a_delay(client)
+            origins, roots = SIX_HOSTS, SIX_ROOTS
 
             def leased(answer: dict[str, Any]) -> list[tuple[str, float]]:
                 return [(entry_url(item[1]), item[2]) for item in answer["l"] or []]
@@ -487,12 +505,6 @@ async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share
                 op = {"k": "done", "u": url, "o": origin(url), "rec": 1, "t": ended}
                 return {**op, "a": 1} if ahead else op
 
-            origins = [f"http://h{n}.test" for n in range(6)]
-            roots = [f"{key}/" for key in origins]
-            # No robots.txt, no pace, a delay of 2 s, one request at a time to a host.
-            args = [P, "1000", json.dumps(roots), json.dumps({"adapt": False}), "0", "2", "1"]
-            args += ["10", *[item for root in roots for item in (root, origin(root))]]
-            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
             adds = [
                 {"k": "add", "o": key, "u": [f"{key}/{n}" for n in range(1, 4)], "d": 1,
                  "r": 10, "s": 0, "f": False, "q": True}
@@ -538,21 +550,11 @@ async def test_a_process_that_went_quiet_counts_for_no_share(tmp_path: Path) -> 
     """Processes that found nothing to lease and then stopped calling (they left, or
     died) are still in the idle set; they must not shrink the share of the ones at
     work: counted, o1's share of its 6 leases over 3 processes was 3, and it could
-    lease no origin's next URL ahead for as long as the crawl lasted."""
+    lease no origin's next URL ahead until work next came (which empties the set)."""
     with running_redis(tmp_path / "redis") as server:
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
-            create, step = client.register_script(CREATE), client.register_script(STEP)
-
-            async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
-                args = [P, str(at), owner, "60", json.dumps(ops)]
-                answer: dict[str, Any] = json.loads(await step(keys=[P + "meta"], args=args))
-                return answer
-
-            origins = [f"http://h{n}.test" for n in range(6)]
-            roots = [f"{key}/" for key in origins]
-            args = [P, "1000", json.dumps(roots), json.dumps({"adapt": False}), "0", "2", "1"]
-            args += ["10", *[item for root in roots for item in (root, origin(root))]]
-            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+            call = await six_hosts_at_a_delay(client)
+            origins, roots = SIX_HOSTS, SIX_ROOTS
             adds = [
                 {"k": "add", "o": key, "u": [f"{key}/1"], "d": 1, "r": 10, "s": 0,
                  "f": False, "q": True}

@@ -47,7 +47,9 @@ The tools, each against a fresh nginx on the same site:
 ``--mode scaling`` runs this crawler alone, in memory and with ``--frontier``
 (``--scaling-tools``), over ``--scaling-hosts`` (100, 1000 and 5000 hosts) of
 ``--scaling-pages`` pages (5) at ``--scaling-delay`` (0.2 s): CPU per request against the
-number of hosts, ours and the Redis server's, which should stay flat.
+number of hosts, ours and the Redis server's, which should stay flat. Each host count is
+crawled twice, the second time with more pages a host (``MARGINAL_REQUESTS`` more requests
+at least): the marginal cost of a request, with what a crawl pays once taken out.
 
 The comparison's ``÷ one host`` column is CPU per request over the same crawler's, store's
 and processes' on one host, measured first in the same run: the synthetic site of the
@@ -76,6 +78,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import resource
@@ -784,10 +787,18 @@ SCALING_HEADERS = [
     "CPU s",
     "CPU ms/request",
     "CPU ms/request less start-up",
+    "CPU ms/request, marginal",
     "Redis CPU ms/request",
+    "Redis, marginal",
     "peak RSS MiB",
     "nginx start s",
 ]
+# The marginal cost a request: each host count is crawled a second time with more pages a
+# host, at least this many more requests in all, and the difference in CPU is divided by
+# the difference in requests. What a crawl costs once (start-up, the robots.txt of every
+# host, the workers' teardown, the report) cancels out, which at 100 hosts and 600
+# requests is about half the CPU.
+MARGINAL_REQUESTS = 2000
 
 
 def _json_line(run: ToolRun, site: BroadSite, delay: float, mode: str) -> dict[str, Any]:
@@ -1038,24 +1049,31 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
     notes: list[str] = []
     pages, delay = args.scaling_pages, args.scaling_delay
     tools = args.scaling_tools
+    limited = dataclasses.replace(
+        setup, max_time=args.scaling_max_time, timeout=args.scaling_max_time + 120
+    )
     with contextlib.ExitStack() as stack:
         frontier = any(tool in FRONTIER_TOOLS for tool in tools)
         redis = stack.enter_context(serve_redis()) if frontier else None
         for hosts in args.scaling_hosts:
-            site = _new_site(work, hosts, pages)
+            more = pages + max(pages, math.ceil(MARGINAL_REQUESTS / hosts))
+            runs: dict[str, list[ToolRun]] = {tool: [] for tool in tools}
+            for site_pages in (pages, more):
+                site = _new_site(work, hosts, site_pages)
+                for tool in tools:
+                    print(
+                        f"bench_broad: scaling, {LABELS[tool]}, {hosts} hosts x {site_pages}"
+                        " pages ...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    result = crawl(tool, site, limited, delay=delay, redis=redis)
+                    runs[tool].append(result)
+                    notes += [f"{hosts} hosts: {note}" for note in result.notes]
+                    _write_json(args.json_out, _json_line(result, site, delay, "scaling"))
             for tool in tools:
-                print(
-                    f"bench_broad: scaling, {LABELS[tool]}, {hosts} hosts ...",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                limited = dataclasses.replace(
-                    setup, max_time=args.scaling_max_time, timeout=args.scaling_max_time + 120
-                )
-                result = crawl(tool, site, limited, delay=delay, redis=redis)
-                rows.append(_scaling_row(LABELS[tool], hosts, result, pages, delay, startup))
-                notes += [f"{hosts} hosts: {note}" for note in result.notes]
-                _write_json(args.json_out, _json_line(result, site, delay, "scaling"))
+                first, second = runs[tool]
+                rows.append(_scaling_row(LABELS[tool], hosts, first, second, pages, delay, startup))
     shutil.rmtree(work / "site", ignore_errors=True)
     lines = [
         "### Broad crawl: CPU per request against the number of hosts",
@@ -1065,8 +1083,11 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         f"{args.scaling_max_time:g}`; the shared frontier in {args.processes} processes on "
         f"one Redis, whose own CPU has a column. Requests include one "
         f"robots.txt per host. Start-up (`python -m trio_crawler --version`): {startup:.2f} "
-        "CPU s per process, taken out in the second CPU column. nginx start: seconds until "
-        "it listened on every address.",
+        "CPU s per process, taken out in the second CPU column. Marginal: each host count "
+        f"crawled again with more pages a host (at least {MARGINAL_REQUESTS} more requests), "
+        "the difference in CPU over the difference in requests, so that what a crawl costs "
+        "once cancels out; the other columns are the first crawl's. nginx start: seconds "
+        "until it listened on every address.",
         "",
         markdown_table(SCALING_HEADERS, rows),
     ]
@@ -1076,9 +1097,23 @@ def scaling(args: argparse.Namespace, setup: Setup, work: Path) -> str:
 
 
 def _scaling_row(
-    label: str, hosts: int, result: ToolRun, pages: int, delay: float, startup: float
+    label: str,
+    hosts: int,
+    result: ToolRun,
+    more: ToolRun,
+    pages: int,
+    delay: float,
+    startup: float,
 ) -> list[object]:
+    """The row of ``result``, with the marginal costs against ``more``, the same hosts'
+    crawl with more pages."""
     metrics = result.metrics
+    extra = more.metrics.requests - metrics.requests
+    redis_extra = (
+        None
+        if result.redis is None or more.redis is None
+        else more.redis.cpu_s - result.redis.cpu_s
+    )
     return [
         label,
         hosts,
@@ -1092,7 +1127,9 @@ def _scaling_row(
         f"{result.cpu_s:.1f}",
         _per_request(result.cpu_s, metrics.requests),
         _per_request(result.cpu_s - startup * len(result.costs), metrics.requests),
+        _per_request(more.cpu_s - result.cpu_s, extra) if extra > 0 else "-",
         "-" if result.redis is None else _per_request(result.redis.cpu_s, metrics.requests),
+        "-" if redis_extra is None or extra <= 0 else _per_request(redis_extra, extra),
         f"{result.peak_rss_mib:.0f}",
         f"{result.nginx_start_s:.2f}",
     ]

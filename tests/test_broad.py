@@ -12,21 +12,30 @@ On the Trio engines the crawl runs on the virtual clock; on the others, a tenth 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
 from redis_server import RedisServer, running_redis
+
+from trio_crawler._config import CrawlConfig
+from trio_crawler._frontier import FrontierLost, StoreRuntime
+from trio_crawler._store_redis import RedisFrontier
 
 from conftest import Engine
 from httpserver import Reply, Request, open_test_server
 from support import crawl, page
 
 pytestmark = pytest.mark.anyio
+
+T = TypeVar("T")
 
 HOSTS = 10
 PAGES = 4  # a host's pages link in a chain, the last one to the next host's root
@@ -98,3 +107,69 @@ async def test_every_host_keeps_its_delay_as_its_server_sees_it(
     # took about what the delay allows, not a host after another.
     if engine.virtual_time:
         assert crawler.elapsed < 2 * PAGES * delay + HOSTS * delay
+
+
+async def test_no_wakeup_already_past_while_a_call_is_under_way(
+    engine: Engine, redis_server: RedisServer
+) -> None:
+    """While a call to the server is under way, the dispatcher can lease nothing more, so
+    the time the server said work would be ready must not wake it, even once past: it would
+    look again at once, find nothing, and loop without a pause until the answer came (the
+    call's end wakes it). In a broad crawl of several processes such calls run most of
+    the time, and the loop cost a third of a process's CPU. The call is held here by
+    stopping the server (SIGSTOP) until the checks are made."""
+    config = CrawlConfig.create(
+        ["http://a.test/"],
+        frontier=redis_server.url(),
+        crawl_id=f"past-wakeup-{engine.name}",
+        max_tasks=4,
+    )
+    frontier = RedisFrontier(config)
+    woken = 0
+
+    def wake() -> None:
+        nonlocal woken
+        woken += 1
+
+    runtime = StoreRuntime(
+        clock=anyio.current_time,
+        wall_offset=0.0,
+        run_in_thread=_never,
+        shielded=_shielded,
+        wake=wake,
+        on_lost=_never_lost,
+        scheduling=lambda: True,
+        limit_counts=dict,
+    )
+    with anyio.fail_after(10):
+        async with frontier.session(runtime), anyio.create_task_group() as task_group:
+            frontier.link.idle_until = anyio.current_time() - 1.0  # "ready at", now past
+            wakeup = frontier.next_wakeup()
+            assert wakeup is not None
+            assert wakeup <= anyio.current_time()  # lease it now
+            assert frontier.has_work(starved=True)
+            os.kill(redis_server.pid, signal.SIGSTOP)
+            try:
+                task_group.start_soon(partial(frontier.flush, starved=True))
+                await anyio.wait_all_tasks_blocked()
+                frontier.link.idle_until = anyio.current_time() - 1.0  # as an answer may leave it
+                assert not frontier.has_work(starved=True)
+                wakeup = frontier.next_wakeup()
+                assert wakeup is None or wakeup > anyio.current_time()
+                woken = 0
+            finally:
+                os.kill(redis_server.pid, signal.SIGCONT)
+        assert woken >= 1  # the call's end woke the dispatcher
+
+
+def _never(*_: object) -> Any:
+    raise AssertionError("not used by a shared frontier's calls")
+
+
+async def _shielded(function: Callable[[], Awaitable[T]]) -> T:
+    with anyio.CancelScope(shield=True):
+        return await function()
+
+
+def _never_lost(exc: FrontierLost) -> None:
+    raise exc

@@ -426,8 +426,15 @@ class RedisFrontier:
     def next_wakeup(self) -> float | None:
         local = self.scheduler.next_wakeup()
         # Nothing to ask the server for once the crawl is finished, or while every worker
-        # has a request (a worker that finishes wakes the dispatcher anyway).
-        remote = None if self.shared.finished or not self._room() else self.link.idle_until
+        # has a request (a worker that finishes wakes the dispatcher anyway), or while a
+        # call is under way: no other can go until it ends, and its end wakes the
+        # dispatcher. Woken for a time already past meanwhile, the dispatcher would find
+        # nothing to do and look again at once, until the answer came.
+        remote = (
+            None
+            if self._flushing or self.shared.finished or not self._room()
+            else self.link.idle_until
+        )
         if remote is not None and math.isinf(remote):
             remote = None
         if local is None:

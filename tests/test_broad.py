@@ -116,8 +116,8 @@ async def test_no_wakeup_already_past_while_a_call_is_under_way(
     the time the server said work would be ready must not wake it, even once past: it would
     look again at once, find nothing, and loop without a pause until the answer came (the
     call's end wakes it). In a broad crawl of several processes such calls run most of
-    the time, and the loop cost a third of a process's CPU. The call is held here by
-    stopping the server (SIGSTOP) until the checks are made."""
+    the time. The call is held here by stopping the server (SIGSTOP) until the checks
+    are made."""
     config = CrawlConfig.create(
         ["http://a.test/"],
         frontier=redis_server.url(),

@@ -28,7 +28,6 @@ import contextlib
 import functools
 import gc
 import logging
-import operator
 import os
 import signal
 import sys
@@ -48,7 +47,7 @@ from ._cli_args import (
 from ._handler import load_handler
 from ._options import ConfigError
 from ._output import OutputFiles
-from ._report import report_lines
+from ._report import report_lines, sorted_by_url
 from ._stores import check_output, find_stored_options, read_status
 
 if TYPE_CHECKING:
@@ -413,7 +412,7 @@ def _report(crawler: AnyCrawler) -> Iterator[str]:
     a time, rather than all into memory and sorted there."""
     kept = crawler.store.records(by_url=True)
     return report_lines(
-        sorted(crawler.done, key=operator.attrgetter("url")) if kept is None else kept,
+        sorted_by_url(crawler.done) if kept is None else kept,
         elapsed=crawler.elapsed,
         max_tasks=crawler.max_tasks,
         todo=crawler.statistics().todo,

@@ -45,7 +45,7 @@ def format_report(
     """The whole report, newline-terminated: :func:`report_lines` of ``records`` sorted
     by URL, joined."""
     lines = report_lines(
-        sorted(records, key=lambda stat: stat.url),
+        sorted_by_url(records),
         elapsed=elapsed,
         max_tasks=max_tasks,
         todo=todo,
@@ -56,6 +56,12 @@ def format_report(
         made=made,
     )
     return "".join(lines)
+
+
+def sorted_by_url(records: Iterable[FetchStatistic]) -> list[FetchStatistic]:
+    """Records held in memory in the report's order, as :func:`report_lines` takes them
+    (a state file's come sorted from the file instead)."""
+    return sorted(records, key=lambda stat: stat.url)
 
 
 def report_lines(

@@ -368,8 +368,11 @@ end
 -- lease ahead says nothing of the origins that are ready, which "w" and the rest tell.
 -- Not while an origin in 'ready' could go now: it waits for a worker, and would wait
 -- longer for one that this origin, leased ahead, took first out of turn.
+-- Nor with leases that run out as they are made (lease seconds 0, or too few to move
+-- now): this call's own lease operation, which reclaims first, would take it back.
 local ahead_leased = 0
 local function lease_ahead(o)
+  if now + lease_for <= now then return end
   if #redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, 1) > 0 then return end
   local before = #leased
   lease_origin(o, before + 1, true)

@@ -483,8 +483,9 @@ async def six_hosts_at_a_delay(client: Any) -> StepCall:
 
 
 @pytest.mark.trio
+@pytest.mark.parametrize("waited", [0.02, 0.1], ids=["h2-due-20ms-ago", "h2-due-100ms-ago"])
 async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share(
-    tmp_path: Path,
+    tmp_path: Path, waited: float
 ) -> None:
     """A done operation with ``a`` leases its origin's next URL to the caller at once,
     with the seconds until the origin's delay ends: no process needs waking for it then.
@@ -492,7 +493,9 @@ async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share
     the leases (all of them over the processes that hold or wait for some, and one more):
     that origin goes to 'ready', and the idle processes are told when it will be ready
     ("work N T"), not woken for it now. Nor while an origin whose time has come waits in
-    'ready' for a worker, which would wait longer."""
+    'ready' for a worker, which would wait longer: one whose time came less than the
+    script's WAKE_GRACE (0.05 s) ago waits for a process to wake and call, and does not
+    stop a lease ahead."""
     with running_redis(tmp_path / "redis") as server:
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
             call = await six_hosts_at_a_delay(client)
@@ -537,11 +540,16 @@ async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share
                 assert leased(answer) == [(f"{origins[1]}/1", 0)]
             # o1 holds 5 of 6 leases: past its share of 4, it leaves h2 to the others.
             assert leased(await call("o1", 1002.7, [done(roots[2], 1002.6)])) == []
-            # h2 waits for a worker from 1004.6 on: o2, below its share, leases nothing
-            # ahead, and its next lease takes h2.
-            assert leased(await call("o2", 1004.7, [done(f"{origins[1]}/1", 1002.8)])) == []
-            assert leased(await call("o2", 1004.7, [{"k": "lease", "n": 1}])) == [
-                (f"{origins[2]}/1", pytest.approx(-0.1))
+            # h2 may go from 1004.6 on. Past the grace, it waits for a worker: o2, below
+            # its share, leases nothing ahead, and its next lease takes h2.
+            at = 1004.6 + waited
+            answer = await call("o2", at, [done(f"{origins[1]}/1", 1002.8)])
+            if waited > 0.05:
+                assert leased(answer) == []
+            else:
+                assert leased(answer) == [(f"{origins[1]}/2", pytest.approx(1004.8 - at))]
+            assert leased(await call("o2", at, [{"k": "lease", "n": 1}])) == [
+                (f"{origins[2]}/1", pytest.approx(-waited))
             ]
 
 

@@ -364,16 +364,26 @@ local function below_share()
   return not hungry and (tonumber(redis.call('HGET', HOLDS, owner)) or 0) < share
 end
 
+-- Seconds an origin in 'ready' may have been able to go without having been leased, and
+-- still be taken for one that waits for a process to wake and call (a round trip and a
+-- wake-up, on a loaded machine), not for a worker.
+local WAKE_GRACE = 0.05
+
 -- Lease origin o's next URL ahead to the caller (see lease_origin), counted apart: a
 -- lease ahead says nothing of the origins that are ready, which "w" and the rest tell.
--- Not while an origin in 'ready' could go now: it waits for a worker, and would wait
--- longer for one that this origin, leased ahead, took first out of turn.
+-- Not while an origin in 'ready' has waited for a worker longer than WAKE_GRACE: it
+-- would wait longer for one that this origin, leased ahead, took first out of turn.
+-- An origin whose time came less than that ago waits for a process's wake-up and call,
+-- not for a worker: in a crawl with a worker for every host, refused for that, half the
+-- leases ahead fell back to 'ready' and cost every process a call and a wake-up each.
 -- Nor with leases that run out as they are made (lease seconds 0, or too few to move
 -- now): this call's own lease operation, which reclaims first, would take it back.
 local ahead_leased = 0
 local function lease_ahead(o)
   if now + lease_for <= now then return end
-  if #redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, 1) > 0 then return end
+  if #redis.call('ZRANGEBYSCORE', READY, '-inf', now - WAKE_GRACE, 'LIMIT', 0, 1) > 0 then
+    return
+  end
   local before = #leased
   lease_origin(o, before + 1, true)
   ahead_leased = ahead_leased + #leased - before

@@ -106,6 +106,7 @@ def manual_runtime(state: CrawlState) -> StoreRuntime:
         on_lost=_lost,
         scheduling=lambda: not state.scheduling_stopped,
         limit_counts=lambda: state.limit_counts,
+        loop_clock=False,
     )
 
 
@@ -169,6 +170,7 @@ def _drive_through_portal(
         on_lost=_lost,
         scheduling=lambda: not state.scheduling_stopped,
         limit_counts=lambda: state.limit_counts,
+        loop_clock=False,
     )
     cleanup.enter_context(portal.wrap_async_context_manager(store.session(runtime)))
 

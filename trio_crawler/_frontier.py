@@ -298,6 +298,9 @@ class StoreRuntime:
         on_lost: Called when the store can no longer be written or reached.
         scheduling: Whether the core still hands out requests.
         limit_counts: The core's limit counters, for a store that keeps them.
+        loop_clock: Whether ``clock`` is the event loop's (AnyIO's ``current_time()``), on
+            which a store may time a wait of its own (``anyio.move_on_at``); False for a
+            store driven by hand, whose clock moves only where its test moves it.
     """
 
     clock: Callable[[], float]
@@ -308,6 +311,7 @@ class StoreRuntime:
     on_lost: Callable[[FrontierLost], None]
     scheduling: Callable[[], bool]
     limit_counts: Callable[[], Mapping[str, int]]
+    loop_clock: bool = True
 
     def wall_time(self, now: float) -> float:
         """The time of day (seconds since the epoch) at the engine's clock reading ``now``.

@@ -554,7 +554,7 @@ class RedisFrontier:
         GROUP_SIZE pages waiting. A process with no lease ahead (a crawl without a delay,
         or its last pages) does not linger, so the end of a crawl is not held back.
         """
-        limit = min(LINGER, self.config.delay / 10)
+        limit = min(LINGER, self.link.base_delay / 10)  # the crawl's, as its server keeps it
         assert self._runtime is not None, "used outside a session"
         if limit <= 0 or not self._runtime.loop_clock:
             return

@@ -490,7 +490,7 @@ class RedisFrontier:
             FrontierLost: The server could not be reached for ``lease`` seconds.
         """
         while request.url in self._unsettled and self.lost is None:
-            if len(self._waiting) + len(self._dones) >= GROUP_SIZE:
+            if self._pages_waiting() >= GROUP_SIZE:
                 self._hurry_flush()
             if self._flushing:
                 assert self._flushed is not None
@@ -501,6 +501,7 @@ class RedisFrontier:
     async def sync(self) -> None:
         """Send what waits; return once it was sent (or a flush under way, which takes it,
         ended)."""
+        self._hurry_flush()  # a caller waits for it
         while self._flushing:
             assert self._flushed is not None
             await self._flushed.wait()
@@ -521,7 +522,7 @@ class RedisFrontier:
         self._flushed = anyio.Event()
         leased_once = False
         try:
-            if group and len(self._waiting) + len(self._dones) < GROUP_SIZE:
+            if group and self._pages_waiting() < GROUP_SIZE:
                 await anyio.sleep(group)  # let the pages finishing now join
                 await self._linger()
             while True:
@@ -560,7 +561,7 @@ class RedisFrontier:
             return
         deadline = self._now() + limit
         try:
-            while self._lingers():
+            while self._now() < deadline and self._lingers():
                 # Looked at again when the server's time comes, and when the next request
                 # leased ahead is due: the last one due ends the wait.
                 until = min(deadline, self._ahead[0][0])
@@ -569,18 +570,19 @@ class RedisFrontier:
                 self._hurry = anyio.Event()
                 with anyio.move_on_at(until):
                     await self._hurry.wait()
-                if self._now() >= deadline:
-                    break
         finally:
             self._hurry = None
 
     def _lingers(self) -> bool:
-        """Whether a flush may wait longer for company (see :meth:`_linger`)."""
-        if len(self._waiting) + len(self._dones) >= GROUP_SIZE or self.lost is not None:
+        """Whether a flush may wait longer for company (see :meth:`_linger`). A caller
+        that awaits the call (:meth:`sync`) ends the wait instead."""
+        if self._pages_waiting() >= GROUP_SIZE or self.lost is not None:
             return False
-        if any(op["u"] in self._starting for op in self._ops if op["k"] == "started"):
-            return False  # a request waits for its start to be told
         return self._not_due() > 0 and self._room() > 0 and self._want() == 0
+
+    def _pages_waiting(self) -> int:
+        """Pages whose links or done wait for the next call."""
+        return len(self._waiting) + len(self._dones)
 
     def _hurry_flush(self) -> None:
         """End a lingering flush's wait: something wants the call now."""

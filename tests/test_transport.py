@@ -34,7 +34,7 @@ from trio_crawler._clients import (
 from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import fetch
 from trio_crawler._options import ConfigError
-from trio_crawler._transport import choose_transport
+from trio_crawler._transport import _Connection, choose_transport
 
 from hostile_server import RawRequest, open_hostile_server, page, send_and_close
 from httpserver import Reply, Request, open_test_server
@@ -98,6 +98,28 @@ async def test_an_unread_body_closes_its_connection() -> None:
             again = await fetch(client, server.url("/"))
     assert isinstance(again, Response)
     assert server.connections == 2  # the cut-off body's connection was not reused
+
+
+async def test_a_connection_closed_in_a_cancelled_scope_is_closed_at_once() -> None:
+    """A plain connection is closed with its stream's own aclose(), not forcefully: the
+    peer still sees it end, even when the closing task's scope is already cancelled (a
+    worker's client closed as a crawl is cut short), and the close neither raises nor waits.
+    """
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        with anyio.fail_after(HANG_LIMIT):
+            connection = _Connection(await anyio.connect_tcp("127.0.0.1", port))
+            peer = await listener.listeners[0].accept()
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                with anyio.CancelScope(shield=True):  # as the transport's _close() does
+                    await connection.close()
+            assert not scope.cancelled_caught  # nothing inside it raised Cancelled
+            with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                await peer.receive()  # the peer sees the end, not a connection left open
+            await peer.aclose()
+    with pytest.raises(anyio.ClosedResourceError):
+        await connection.stream.send(b"GET / HTTP/1.1\r\n\r\n")
 
 
 @pytest.mark.parametrize("transport", ["lean", "httpx"])

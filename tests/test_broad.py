@@ -27,8 +27,12 @@ from redis_server import RedisServer, running_redis
 
 from trio_crawler import _store_redis
 from trio_crawler._config import CrawlConfig
+from trio_crawler._events import Committing, FetchRequest, Response
 from trio_crawler._frontier import FrontierLost, StoreRuntime
+from trio_crawler._state import CrawlState
 from trio_crawler._store_redis import RedisFrontier
+from trio_crawler._store_sqlite import StoredFrontier
+from trio_crawler._stores import open_store
 
 from conftest import Engine
 from httpserver import Reply, Request, open_test_server
@@ -239,3 +243,138 @@ async def test_a_process_at_the_delays_pace_sends_several_pages_a_call(
     assert 5 * calls < 3 * alone, (calls, alone)
     if engine.virtual_time:
         assert crawler.elapsed < pages * delay + hosts * spacing + 0.02, crawler.elapsed
+
+
+class _Held:
+    """Holds a store's writes (transactions, calls) until released, the first at one gate
+    and the others at a second, and tells when each has begun; the writes before
+    :attr:`armed` pass at once."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = [anyio.Event(), anyio.Event()]
+        self.gates = [anyio.Event(), anyio.Event()]
+        self._count = 0
+
+    async def hold(self) -> None:
+        if not self.armed:
+            return
+        number = min(self._count, len(self.gates) - 1)
+        self._count += 1
+        self.entered[number].set()
+        await self.gates[number].wait()
+
+
+async def _three_pages_settle(
+    state: CrawlState, frontier: StoredFrontier | RedisFrontier, held: _Held
+) -> None:
+    """X's settle() writes and Y waits for it; Y's page is settled with X's in the first
+    write that settles pages, Z's finishes meanwhile and goes in the second, which is held:
+    Y must be back by then."""
+    settled: set[str] = set()
+
+    def finish(request: FetchRequest) -> None:
+        now = anyio.current_time()
+        state.attempt_started(request, now=now)
+        result = state.attempt_finished(
+            request, Response(status=200, content_type="text/html", body=b"<p>"), now=now
+        )
+        assert isinstance(result, Committing), result
+
+    async def settle(request: FetchRequest) -> None:
+        await frontier.settle(request)
+        settled.add(request.url)
+
+    async with anyio.create_task_group() as task_group:
+        await frontier.flush(starved=True)  # the roots, into memory (or leased)
+        held.armed = True
+        now = anyio.current_time()
+        x, y, z = (state.next_request(now=now) for _ in range(3))
+        assert x is not None
+        assert y is not None
+        assert z is not None
+        finish(x)
+        task_group.start_soon(settle, x)  # X writes: its group window first
+        await anyio.wait_all_tasks_blocked()
+        finish(y)
+        task_group.start_soon(settle, y)  # Y waits for X's flush
+        await held.entered[0].wait()  # the first write: X's page and Y's
+        finish(z)
+        task_group.start_soon(settle, z)
+        await anyio.wait_all_tasks_blocked()
+        held.gates[0].set()
+        await held.entered[1].wait()  # the second, Z's, is held
+        await anyio.wait_all_tasks_blocked()
+        assert settled == {y.url}  # X runs the flush; Y is free
+        held.gates[1].set()
+    assert settled == {x.url, y.url, z.url}
+
+
+def _runtime(state: CrawlState, run_in_thread: Any = None) -> StoreRuntime:
+    return StoreRuntime(
+        clock=anyio.current_time,
+        wall_offset=0.0,
+        run_in_thread=run_in_thread or _never,
+        shielded=_shielded,
+        wake=lambda: None,
+        on_lost=_never_lost,
+        scheduling=lambda: True,
+        limit_counts=lambda: state.limit_counts,
+    )
+
+
+ROOTS = ["http://x.test/", "http://y.test/", "http://z.test/"]
+
+
+async def test_a_page_settles_with_its_own_transaction_not_the_flushs_last(
+    tmp_path: Path,
+) -> None:
+    """While pages keep finishing (a broad crawl's round of hosts), one flush of the state
+    file runs a transaction after another. A worker whose page was in the first is free
+    once that one committed, not when the last one has: held until then, the workers were
+    missing from the next round, and hosts went late for want of one."""
+    config = CrawlConfig.create(
+        ROOTS, state=str(tmp_path / "crawl.db"), obey_robots=False, max_tasks=3
+    )
+    frontier = open_store(config)
+    assert isinstance(frontier, StoredFrontier)
+    state = CrawlState(config, frontier=frontier, on_record=lambda record: None)
+    held = _Held()
+
+    async def transaction(function: Callable[[], T]) -> T:
+        await held.hold()
+        return function()  # in the loop's thread: a test's file, a few rows
+
+    try:
+        with anyio.fail_after(10):
+            async with frontier.session(_runtime(state, transaction)):
+                await _three_pages_settle(state, frontier, held)
+    finally:
+        frontier.close()
+
+
+async def test_a_page_settles_with_its_own_call_not_the_flushs_last(
+    engine: Engine, redis_server: RedisServer
+) -> None:
+    """The same on a shared frontier, whose flush makes one call after another."""
+    config = CrawlConfig.create(
+        ROOTS,
+        frontier=redis_server.url(),
+        crawl_id=f"own-call-{engine.name}",
+        obey_robots=False,
+        max_tasks=3,
+    )
+    frontier = RedisFrontier(config)
+    state = CrawlState(config, frontier=frontier, on_record=lambda record: None)
+    held = _Held()
+    call = frontier.link.call
+
+    async def held_call(ops: list[dict[str, Any]]) -> Any:
+        if any(op["k"] == "done" for op in ops):  # the writes that settle pages
+            await held.hold()
+        return await call(ops)
+
+    frontier.link.call = held_call  # type: ignore[method-assign]
+    with anyio.fail_after(10):
+        async with frontier.session(_runtime(state)):
+            await _three_pages_settle(state, frontier, held)

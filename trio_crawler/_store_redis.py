@@ -484,7 +484,8 @@ class RedisFrontier:
 
     async def settle(self, request: FetchRequest) -> None:
         """Return once ``request`` is done on the server: its links added, its record made
-        and written, and the call that marks it done answered.
+        and written, and the call that marks it done answered. A caller that waits for
+        the flush under way is woken after each of its calls (see _flush).
 
         Raises:
             FrontierLost: The server could not be reached for ``lease`` seconds.
@@ -538,6 +539,11 @@ class RedisFrontier:
                     finally:
                         self._sending = 0
                 await self._answered(answer, ops, waiting)
+                # The settle() calls that wait look again after each call, not only once the
+                # flush ends: while pages keep finishing, one call follows another, and
+                # workers held until the last were missing from the next round of hosts.
+                self._flushed.set()
+                self._flushed = anyio.Event()
         finally:
             self._flushing = False
             self._flushed.set()

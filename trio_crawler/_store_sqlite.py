@@ -150,8 +150,9 @@ class StoredFrontier:
         self._waiting: list[_Waiting] = []
         self._unleased = 0  # completions not in flight (links alone, unfetchable URLs)
         self._flushing = False
-        # Made by the first settle() that waits for the flush under way; set when it ends.
-        self._flush_ended: anyio.Event | None = None
+        # Made by the first settle() that waits for the flush under way; set when its next
+        # transaction has committed, or when it ends.
+        self._committed: anyio.Event | None = None
         self._runtime: StoreRuntime | None = None
         # The outputs whose positions each transaction stores, and the last record made.
         self._outputs: list[RecordOutput] = []
@@ -397,14 +398,19 @@ class StoredFrontier:
         """Return once the completion of ``request`` has committed and its record is made:
         flushing, or waiting for the flush under way.
 
+        A worker that waits is woken after each transaction of that flush, not only at its
+        end: while pages keep finishing, as in a broad crawl's round of hosts, a flush runs
+        one transaction after another, and workers held until it ended were missing from
+        the next round (the dispatcher found none idle, and hosts went late).
+
         Raises:
             FrontierLost: The file could not be written; the crawl must stop.
         """
         while self.scheduler.holds(request.url) and self.lost is None:
             if self._flushing:
-                if self._flush_ended is None:
-                    self._flush_ended = anyio.Event()
-                await self._flush_ended.wait()
+                if self._committed is None:
+                    self._committed = anyio.Event()
+                await self._committed.wait()
             else:
                 await self._flush(starved=False, group=GROUP_WINDOW)
 
@@ -440,12 +446,17 @@ class StoredFrontier:
                     self.lost = f"cannot write the state file {self.file.path}: {exc}"
                     raise FrontierLost(self.lost) from exc
                 self._after_commit(batch, waiting, committed)
+                self._wake_settled()
                 starved = False
         finally:
             self._flushing = False
-            ended, self._flush_ended = self._flush_ended, None
-            if ended is not None:
-                ended.set()
+            self._wake_settled()
+
+    def _wake_settled(self) -> None:
+        """Wake the settle() calls that wait: theirs may be among the URLs just committed."""
+        committed, self._committed = self._committed, None
+        if committed is not None:
+            committed.set()
 
     def _transaction(self, batch: Batch, cursor: int) -> Committed:
         """One transaction, and the window's next rows after it (blocking)."""

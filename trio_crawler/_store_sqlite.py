@@ -401,7 +401,7 @@ class StoredFrontier:
         A worker that waits is woken after each transaction of that flush, not only at its
         end: while pages keep finishing, as in a broad crawl's round of hosts, a flush runs
         one transaction after another, and workers held until it ended were missing from
-        the next round (the dispatcher found none idle, and hosts went late).
+        the next round of hosts, though their pages had committed long before.
 
         Raises:
             FrontierLost: The file could not be written; the crawl must stop.

@@ -432,8 +432,7 @@ class Fetcher:
 
         A client per worker rather than one shared: see the README's "HTTP clients" for
         the measurements. The SSL context is built once per process and shared, since
-        building one costs about a megabyte and tens of milliseconds, and only when the
-        first https connection needs it.
+        building one costs about a megabyte and tens of milliseconds.
         """
         assert self._library is not None, "a crawl given a client makes none"
         if self._proxy_from_environment is None:
@@ -441,7 +440,7 @@ class Fetcher:
         return open_client(
             library=self._library,
             max_connections=1,
-            ssl_context=default_ssl_context,  # made at the first https connection
+            ssl_context=default_ssl_context(),
             user_agent=self._user_agent,
             proxy_from_environment=self._proxy_from_environment,
             connections=self.connections,

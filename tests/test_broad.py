@@ -332,7 +332,7 @@ async def test_a_page_settles_with_its_own_transaction_not_the_flushs_last(
     """While pages keep finishing (a broad crawl's round of hosts), one flush of the state
     file runs a transaction after another. A worker whose page was in the first is free
     once that one committed, not when the last one has: held until then, the workers were
-    missing from the next round, and hosts went late for want of one."""
+    missing from the next round of hosts."""
     config = CrawlConfig.create(
         ROOTS, state=str(tmp_path / "crawl.db"), obey_robots=False, max_tasks=3
     )

@@ -16,11 +16,14 @@ import ssl
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 import trustme
+
+from trio_crawler._clients import default_ssl_context
 
 from conftest import Engine
 from httpserver import Reply, open_test_server
@@ -67,6 +70,37 @@ async def test_a_certificate_from_an_unknown_ca_is_a_failure_record(
     assert "CERTIFICATE_VERIFY_FAILED" in refused.exception
     assert tls_server.requests == []  # no request was sent over the untrusted connection
     assert {records[plain_server.url(path)].status for path in SITE} == {200}
+
+
+async def test_the_ssl_context_is_made_at_the_first_https_connection(
+    engine: Engine, server_context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading the system's CA certificates takes 20-40 ms of a start: a crawl of http://
+    sites never does it, and a crawl that meets https:// does it once, for all workers."""
+    made: list[object] = []
+    create = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        made.append(args)
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    default_ssl_context.cache_clear()  # made by an earlier test of this process, maybe
+    try:
+        async with (
+            open_test_server(SITE, ssl_context=server_context) as tls_server,
+            open_test_server(SITE) as plain_server,
+        ):
+            with anyio.fail_after(HANG_LIMIT):
+                await engine.crawler([plain_server.url()], obey_robots=False).crawl()
+                assert made == []
+                both = [tls_server.url(), tls_server.url("/a"), plain_server.url()]
+                crawler = engine.crawler(both, max_tries=1, obey_robots=False)
+                await crawler.crawl()
+        assert len(made) == 1
+        assert {stat.url: stat.status for stat in crawler.done}[plain_server.url()] == 200
+    finally:
+        default_ssl_context.cache_clear()  # later tests make their own, not counted
 
 
 async def test_a_callers_client_brings_its_own_trust(

@@ -36,7 +36,7 @@ import httpx
 
 from ._options import ConfigError
 from ._robots import PRODUCT_TOKEN
-from ._transport import choose_transport, lean_transport_class
+from ._transport import choose_transport, lean_transport_class, made_context
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from ._connections import CrawlConnections
+    from ._transport import TLSContext
 
 # What servers see: the product token robots.txt groups are matched on, and our version.
 DEFAULT_USER_AGENT = f"{PRODUCT_TOKEN}/{__version__}"
@@ -104,7 +105,7 @@ def open_client(
     *,
     library: ModuleType,
     max_connections: int,
-    ssl_context: ssl.SSLContext | None = None,
+    ssl_context: TLSContext | None = None,
     user_agent: str = DEFAULT_USER_AGENT,
     proxy_from_environment: bool = True,
     transport: str | None = None,
@@ -117,7 +118,10 @@ def open_client(
     The pool holds ``max_connections`` connections with no pool timeout: httpx's defaults
     (100 connections, 5 s to wait for one) make requests above C=100 fail with PoolTimeout
     while they merely wait their turn. Passing one ``ssl_context`` to several clients
-    saves building a new one (about 1 MiB and a few ms) per client.
+    saves building a new one (about 1 MiB and a few ms) per client. It may be given as the
+    function that makes it (:func:`default_ssl_context`): the crawler's own transport
+    then calls it at its first https connection, so a crawl of http:// sites never builds
+    one; httpx's transport calls it at once.
 
     With an ``ssl_context``, httpx reads the environment only for proxies, and reading it
     costs 0.5 ms per client (nine-tenths of making one): ``proxy_from_environment=False``,
@@ -150,7 +154,7 @@ def open_client(
         *headers,
     ]
     if chosen == "lean" and not (trust_env and environment_names_a_proxy()):
-        context = ssl_context if ssl_context is not None else default_ssl_context()
+        context = ssl_context if ssl_context is not None else default_ssl_context
         return TransportClient(
             library, lean_transport_class(library)(context, connections), all_headers
         )
@@ -164,7 +168,7 @@ def open_client(
         headers=all_headers,
         # The crawler's clients keep no cookies, on either transport: see TransportClient.
         cookies=_NO_COOKIES,
-        verify=ssl_context if ssl_context is not None else True,
+        verify=made_context(ssl_context) if ssl_context is not None else True,
         event_hooks={"response": [_set_location_aside]},
     )
     return client

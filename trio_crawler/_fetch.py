@@ -432,7 +432,8 @@ class Fetcher:
 
         A client per worker rather than one shared: see the README's "HTTP clients" for
         the measurements. The SSL context is built once per process and shared, since
-        building one costs about a megabyte and tens of milliseconds.
+        building one costs about a megabyte and tens of milliseconds, and only when the
+        first https connection needs it.
         """
         assert self._library is not None, "a crawl given a client makes none"
         if self._proxy_from_environment is None:
@@ -440,7 +441,7 @@ class Fetcher:
         return open_client(
             library=self._library,
             max_connections=1,
-            ssl_context=default_ssl_context(),
+            ssl_context=default_ssl_context,  # made at the first https connection
             user_agent=self._user_agent,
             proxy_from_environment=self._proxy_from_environment,
             connections=self.connections,

@@ -136,16 +136,7 @@ async def test_no_wakeup_already_past_while_a_call_is_under_way(
         nonlocal woken
         woken += 1
 
-    runtime = StoreRuntime(
-        clock=anyio.current_time,
-        wall_offset=0.0,
-        run_in_thread=_never,
-        shielded=_shielded,
-        wake=wake,
-        on_lost=_never_lost,
-        scheduling=lambda: True,
-        limit_counts=dict,
-    )
+    runtime = _runtime(wake=wake)
     with anyio.fail_after(10):
         async with frontier.session(runtime), anyio.create_task_group() as task_group:
             frontier.link.idle_until = anyio.current_time() - 1.0  # "ready at", now past
@@ -166,6 +157,25 @@ async def test_no_wakeup_already_past_while_a_call_is_under_way(
                 os.kill(redis_server.pid, signal.SIGCONT)
             await frontier.sync()  # returns once the call under way has ended
             assert woken >= 1  # and its end woke the dispatcher
+
+
+def _runtime(
+    *,
+    run_in_thread: Any = None,
+    wake: Callable[[], None] = lambda: None,
+    state: CrawlState | None = None,
+) -> StoreRuntime:
+    """A runtime on the engine's real clock, for a store driven by a test's own tasks."""
+    return StoreRuntime(
+        clock=anyio.current_time,
+        wall_offset=0.0,
+        run_in_thread=run_in_thread or _never,
+        shielded=_shielded,
+        wake=wake,
+        on_lost=_never_lost,
+        scheduling=lambda: True,
+        limit_counts=(lambda: state.limit_counts) if state is not None else dict,
+    )
 
 
 def _never(*_: object) -> Any:
@@ -310,19 +320,6 @@ async def _three_pages_settle(
     assert settled == {x.url, y.url, z.url}
 
 
-def _runtime(state: CrawlState, run_in_thread: Any = None) -> StoreRuntime:
-    return StoreRuntime(
-        clock=anyio.current_time,
-        wall_offset=0.0,
-        run_in_thread=run_in_thread or _never,
-        shielded=_shielded,
-        wake=lambda: None,
-        on_lost=_never_lost,
-        scheduling=lambda: True,
-        limit_counts=lambda: state.limit_counts,
-    )
-
-
 ROOTS = ["http://x.test/", "http://y.test/", "http://z.test/"]
 
 
@@ -347,7 +344,7 @@ async def test_a_page_settles_with_its_own_transaction_not_the_flushs_last(
 
     try:
         with anyio.fail_after(10):
-            async with frontier.session(_runtime(state, transaction)):
+            async with frontier.session(_runtime(run_in_thread=transaction, state=state)):
                 await _three_pages_settle(state, frontier, held)
     finally:
         frontier.close()
@@ -376,5 +373,5 @@ async def test_a_page_settles_with_its_own_call_not_the_flushs_last(
 
     frontier.link.call = held_call  # type: ignore[method-assign]
     with anyio.fail_after(10):
-        async with frontier.session(_runtime(state)):
+        async with frontier.session(_runtime(state=state)):
             await _three_pages_settle(state, frontier, held)

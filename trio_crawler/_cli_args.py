@@ -277,6 +277,9 @@ def _value_type(owner: type[Any], name: str) -> type[Any]:
     return kinds[0] if kinds else hint  # type: ignore[no-any-return]
 
 
+_TYPE_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
 def _type_hints(owner: type[Any]) -> dict[str, Any]:
     """``owner``'s annotations, evaluated once: each evaluation reads every annotation of
     the class, and the parser asks for one option's at a time (14 ms a start, for 47)."""
@@ -284,9 +287,6 @@ def _type_hints(owner: type[Any]) -> dict[str, Any]:
     if hints is None:
         hints = _TYPE_HINTS[owner] = typing.get_type_hints(owner)
     return hints
-
-
-_TYPE_HINTS: dict[type[Any], dict[str, Any]] = {}
 
 
 def _shown(value: object) -> str:

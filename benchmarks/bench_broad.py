@@ -52,9 +52,11 @@ crawled twice, the second time with more pages a host (``MARGINAL_REQUESTS`` mor
 at least): the marginal cost of a request, with what a crawl pays once taken out.
 
 The comparison's ``÷ one host`` column is CPU per request over the same crawler's, store's
-and processes' on one host, measured first in the same run: the synthetic site of the
-other benchmarks (3000 pages, nginx) at ``--max-tasks 100`` with no delay. ``--mode both``
-runs the two.
+and processes' on one host: the synthetic site of the other benchmarks (3000 pages,
+nginx) at ``--max-tasks 100`` with no delay, crawled just before and just after each of our
+broad crawls, and the mean of the two taken (the machine's pace drifts over minutes, and a
+reference measured minutes away carries that drift into the ratio). ``--mode both`` runs
+the two.
 
 Limits: nginx needs one socket and one connection slot per address it listens on, beside
 those of the crawlers' connections, so its ``worker_connections`` is set from ``--hosts``,
@@ -84,6 +86,7 @@ import random
 import resource
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -568,27 +571,29 @@ def single_host(
     return sum(cost.cpu_s for cost in costs), records + 1
 
 
-def single_host_costs(
-    tools: Sequence[str], setup: Setup, work: Path, *, redis: RedisServer | None
-) -> dict[str, float]:
-    """CPU ms per request of each of our ``tools`` on one host (:func:`single_host`)."""
-    ours = [tool for tool in tools if tool in OURS]
-    if not ours:
-        return {}
+@contextlib.contextmanager
+def one_host_site(work: Path) -> Iterator[str]:
+    """Serve the one-host site (the synthetic site of the other benchmarks) for as long as
+    the block runs, and yield its root, so each broad crawl can be bracketed by one-host
+    crawls (:func:`one_host_cost`)."""
     from benchmarks.nginx import serve_directory
     from benchmarks.synthetic_site import generate as generate_one_host
 
     directory = work / "single-site"
     shutil.rmtree(directory, ignore_errors=True)
     generate_one_host(directory, pages=SINGLE_HOST_PAGES)
-    costs: dict[str, float] = {}
-    with serve_directory(directory) as root:
-        for tool in ours:
-            print(f"bench_broad: {LABELS[tool]}, one host ...", file=sys.stderr, flush=True)
-            cpu_s, requests = single_host(tool, root, setup, redis=redis)
-            costs[tool] = 1000 * cpu_s / requests
-    shutil.rmtree(directory, ignore_errors=True)
-    return costs
+    try:
+        with serve_directory(directory) as root:
+            yield root
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def one_host_cost(tool: str, root: str, setup: Setup, *, redis: RedisServer | None) -> float:
+    """CPU ms per request of ``tool`` (one of :data:`OURS`) on the one-host site."""
+    print(f"bench_broad: {LABELS[tool]}, one host ...", file=sys.stderr, flush=True)
+    cpu_s, requests = single_host(tool, root, setup, redis=redis)
+    return 1000 * cpu_s / requests
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -980,10 +985,22 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
     with contextlib.ExitStack() as stack:
         frontier = any(tool in FRONTIER_TOOLS for tool in tools)
         redis = stack.enter_context(serve_redis()) if frontier else None
-        one_host = single_host_costs(tools, setup, work, redis=redis)
+        one_root = (
+            stack.enter_context(one_host_site(work)) if any(t in OURS for t in tools) else None
+        )
+        # The machine's pace drifts over minutes, so each of our crawls is measured between
+        # two one-host crawls of the same tool, and divided by their mean.
+        one_host: dict[str, tuple[float, float]] = {}
         for tool in tools:
+            before = (
+                one_host_cost(tool, one_root, setup, redis=redis)
+                if one_root is not None and tool in OURS
+                else None
+            )
             print(f"bench_broad: {LABELS[tool]} ...", file=sys.stderr, flush=True)
             result = crawl(tool, site, setup, delay=args.delay, redis=redis)
+            if before is not None and one_root is not None:
+                one_host[tool] = (before, one_host_cost(tool, one_root, setup, redis=redis))
             label = LABELS[tool]
             if tool == "ours-frontier":
                 label += f", {len(result.costs)} processes"
@@ -1000,7 +1017,11 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
                 )
             rows.append(
                 compare_row(
-                    label, result, pages=args.pages, delay=args.delay, one_host=one_host.get(tool)
+                    label,
+                    result,
+                    pages=args.pages,
+                    delay=args.delay,
+                    one_host=statistics.fmean(one_host[tool]) if tool in one_host else None,
                 )
             )
             time_rows.append(time_row(label, result))
@@ -1022,13 +1043,16 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         markdown_table(COMPARE_HEADERS, rows),
     ]
     if one_host:
-        measured = ", ".join(f"{LABELS[tool]} {cost:.2f}" for tool, cost in one_host.items())
+        measured = ", ".join(
+            f"{LABELS[tool]} {before:.2f} / {after:.2f}"
+            for tool, (before, after) in one_host.items()
+        )
         lines += [
             "",
-            f"÷ one host: CPU per request over the same crawler's on one host, measured in "
-            f"this run: the synthetic site ({SINGLE_HOST_PAGES} pages, nginx), `--max-tasks "
-            f"{SINGLE_HOST_TASKS}`, no delay, the same store and processes (ms/request: "
-            f"{measured}).",
+            f"÷ one host: CPU per request over the same crawler's on one host: the synthetic "
+            f"site ({SINGLE_HOST_PAGES} pages, nginx), `--max-tasks {SINGLE_HOST_TASKS}`, no "
+            f"delay, the same store and processes, crawled just before and just after the "
+            f"broad crawl; the mean of the two (ms/request before / after: {measured}).",
         ]
     lines += [
         "",

@@ -531,7 +531,7 @@ def compare_findings(runs: Sequence[Run], tools: Sequence[Tool]) -> list[str]:
     Each tool's first run is compared with the first tool's; a tool whose rounds found
     different counts, or that fetched one page under two names, is named too.
     """
-    first_runs = {}
+    first_runs: dict[str, Run] = {}
     for run in runs:
         first_runs.setdefault(run.tool, run)
     reference = tools[0].label

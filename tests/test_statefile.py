@@ -7,6 +7,7 @@ end. The transactions are real, on a real SQLite file in the test's temporary di
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import sqlite3
@@ -29,7 +30,7 @@ from trio_crawler._statefile import StateFile
 from trio_crawler._statefile_checks import StateFileError
 from trio_crawler._statefile_rows import SCHEMA_VERSION
 from trio_crawler._stats import FetchStatistic, count_records
-from trio_crawler._store_sqlite import StoredFrontier, open_state_store
+from trio_crawler._store_sqlite import NOTE_INTERVAL, StoredFrontier, open_state_store
 from trio_crawler.engine_trio import Crawler
 
 from httpserver import Reply, open_test_server
@@ -499,6 +500,62 @@ def test_the_state_file_is_sqlite_in_wal_mode(finished_state: Path) -> None:
     state_file = StateFile(str(finished_state), roots=(), options={})
     assert state_file.roots == (ROOT,)
     state_file.close()
+
+
+def test_origin_notes_wait_for_the_next_transaction_or_a_second(tmp_path: Path) -> None:
+    """A robots.txt answer's note makes no transaction of its own (at a broad crawl's
+    start, 500 answers made about a hundred, one after another): it goes with the next
+    one, or once NOTE_INTERVAL has passed, written by a worker, never by the dispatcher,
+    which would miss hosts coming due meanwhile. A Retry-After wait is written at once."""
+    now = [0.0]
+    roots = ["http://a.test/", "http://b.test/"]
+    config = CrawlConfig.create(roots, obey_robots=True, state=str(tmp_path / "crawl.db"))
+    store = open_state_store(config)
+    state = CrawlState(config, frontier=store)
+    store.use_runtime(dataclasses.replace(manual_runtime(state), clock=lambda: now[0]))
+    robots_txt = Response(status=200, content_type="text/plain", body=b"User-agent: *\n")
+
+    def take() -> FetchRequest:
+        request = state.next_request(now=now[0])
+        assert request is not None
+        state.attempt_started(request, now=now[0])
+        return request
+
+    def answer(request: FetchRequest, outcome: Outcome) -> FetchRequest:
+        state.attempt_finished(request, outcome, now=now[0])
+        return request
+
+    def kept() -> list[str]:
+        return sorted(note.origin for note in store.file.origins())
+
+    try:
+        store.commit_waiting()  # the roots, into the window
+        assert answer(take(), robots_txt).robots  # a.test's robots.txt
+        assert not store.has_work(starved=False)
+        assert not store.has_work(starved=True)
+        now[0] = NOTE_INTERVAL - 0.01
+        assert not store.has_work(starved=False)
+        now[0] = NOTE_INTERVAL
+        assert store.has_work(starved=False)  # for a worker to write ...
+        assert not store.has_work(starved=True)  # ... not the dispatcher: none comes of it
+        store.commit_waiting()
+        assert kept() == ["http://a.test"]
+
+        a_root = take()
+        assert answer(take(), robots_txt).robots  # b.test's note waits ...
+        assert not store.has_work(starved=False)
+        assert answer(a_root, html([])).url == roots[0]  # ... for a.test's page
+        assert store.has_work(starved=False)
+        store.commit_waiting()
+        assert kept() == ["http://a.test", "http://b.test"]
+
+        assert answer(take(), Response(status=503, retry_after=30.0)).url == roots[1]
+        assert store.has_work(starved=False)  # the Retry-After, at once, by either
+        assert store.has_work(starved=True)
+        store.commit_waiting()
+        assert [note.wait_until is not None for note in store.file.origins()] == [False, True]
+    finally:
+        store.close()
 
 
 def test_a_resumed_crawl_starts_each_slowed_origin_where_it_was(tmp_path: Path) -> None:

@@ -83,9 +83,11 @@ class Batch:
     load: int = 0  # rows to load into the window after committing
 
     def __bool__(self) -> bool:
-        return bool(
-            self.completions or self.disallowed or self.damaged or self.origins or self.load
-        )
+        return self.beyond_notes() or bool(self.origins)
+
+    def beyond_notes(self) -> bool:
+        """Whether it holds more than origin notes, which may wait for company."""
+        return bool(self.completions or self.disallowed or self.damaged or self.load)
 
 
 @dataclass(slots=True)

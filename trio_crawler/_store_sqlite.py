@@ -360,7 +360,7 @@ class StoredFrontier:
         A Retry-After wait is written at once, by either.
         """
         batch = self._batch
-        if batch.completions or batch.disallowed or batch.damaged or batch.load:
+        if batch.beyond_notes():
             return True
         if not batch.origins:
             return False

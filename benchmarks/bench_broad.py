@@ -753,6 +753,18 @@ TIME_HEADERS = [
 ]
 
 
+def wall_summary(walls: dict[str, list[float]]) -> str:
+    """Each tool's wall ÷ (PxD) over its rounds: the median, and the smallest and largest,
+    since on a shared machine one crawl's ratio moves by more than the bound's margin."""
+    parts = [
+        f"{label} {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
+        if len(ratios) > 1
+        else f"{label} {ratios[0]:.3f} (one round)"
+        for label, ratios in walls.items()
+    ]
+    return "Wall ÷ (PxD), median of the rounds (smallest-largest): " + "; ".join(parts) + "."
+
+
 def time_row(label: str, run: ToolRun) -> list[object]:
     """Where ``run``'s wall time went, from the log's times: a polite crawl ends no sooner
     than P x D after its last host's first request, so the wall time is the start, the
@@ -858,6 +870,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tasks", type=int, default=500, help="ours; Scrapy's concurrency")
     parser.add_argument("--processes", type=int, default=3, help="sharing --frontier")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--mode compare: crawl with each of ours N times, in turn, and give the median "
+        "wall ÷ (PxD) (Scrapy and Crawlee crawl once)",
+    )
+    parser.add_argument(
         "--join-after",
         type=float,
         default=0.0,
@@ -911,8 +931,8 @@ def _check(args: argparse.Namespace) -> None:
         raise BenchmarkError("--hosts, --pages and their --scaling- forms must be >= 1")
     if args.delay <= 0 or args.scaling_delay <= 0:
         raise BenchmarkError("--delay and --scaling-delay must be > 0")
-    if args.max_tasks < 1 or args.processes < 1:
-        raise BenchmarkError("--max-tasks and --processes must be >= 1")
+    if args.max_tasks < 1 or args.processes < 1 or args.rounds < 1:
+        raise BenchmarkError("--max-tasks, --processes and --rounds must be >= 1")
     if not 0 <= args.join_after < args.timeout:
         raise BenchmarkError("--join-after must be from 0 to less than --timeout")
 
@@ -991,42 +1011,49 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         # The machine's pace drifts over minutes, so each of our crawls is measured between
         # two one-host crawls of the same tool, and divided by their mean.
         one_host: dict[str, tuple[float, float]] = {}
-        for tool in tools:
-            before = (
-                one_host_cost(tool, one_root, setup, redis=redis)
-                if one_root is not None and tool in OURS
-                else None
-            )
-            print(f"bench_broad: {LABELS[tool]} ...", file=sys.stderr, flush=True)
-            result = crawl(tool, site, setup, delay=args.delay, redis=redis)
-            if before is not None and one_root is not None:
-                one_host[tool] = (before, one_host_cost(tool, one_root, setup, redis=redis))
-            label = LABELS[tool]
-            if tool == "ours-frontier":
-                label += f", {len(result.costs)} processes"
-                if setup.join_after > 0:
-                    label += f", joined {setup.join_after:g} s after"
-            if result.redis is not None:
-                requests = result.metrics.requests
-                calls = result.redis.script_calls
-                notes.append(
-                    f"{label}: Redis's own CPU {result.redis.cpu_s:.1f} s "
-                    f"({_per_request(result.redis.cpu_s, requests)} ms/request), not "
-                    f"in the row; {calls} step calls"
-                    + (f" ({calls / requests:.2f} a request)." if requests else ".")
+        walls: dict[str, list[float]] = {}
+        # Each round crawls every one of ours once, in turn, so that the machine's drift
+        # falls on all of them alike; the peers, slower by far, crawl in the first only.
+        for number in range(args.rounds):
+            for tool in tools if number == 0 else [t for t in tools if t in OURS]:
+                label = LABELS[tool]
+                before = (
+                    one_host_cost(tool, one_root, setup, redis=redis)
+                    if one_root is not None and tool in OURS
+                    else None
                 )
-            rows.append(
-                compare_row(
-                    label,
-                    result,
-                    pages=args.pages,
-                    delay=args.delay,
-                    one_host=statistics.fmean(one_host[tool]) if tool in one_host else None,
+                print(f"bench_broad: {label} ...", file=sys.stderr, flush=True)
+                result = crawl(tool, site, setup, delay=args.delay, redis=redis)
+                walls.setdefault(label, []).append(result.wall_s / (args.pages * args.delay))
+                if tool == "ours-frontier":
+                    label += f", {len(result.costs)} processes"
+                    if setup.join_after > 0:
+                        label += f", joined {setup.join_after:g} s after"
+                if args.rounds > 1 and tool in OURS:
+                    label += f", round {number + 1}"
+                if before is not None and one_root is not None:
+                    one_host[label] = (before, one_host_cost(tool, one_root, setup, redis=redis))
+                if result.redis is not None:
+                    requests = result.metrics.requests
+                    calls = result.redis.script_calls
+                    notes.append(
+                        f"{label}: Redis's own CPU {result.redis.cpu_s:.1f} s "
+                        f"({_per_request(result.redis.cpu_s, requests)} ms/request), not "
+                        f"in the row; {calls} step calls"
+                        + (f" ({calls / requests:.2f} a request)." if requests else ".")
+                    )
+                rows.append(
+                    compare_row(
+                        label,
+                        result,
+                        pages=args.pages,
+                        delay=args.delay,
+                        one_host=statistics.fmean(one_host[label]) if label in one_host else None,
+                    )
                 )
-            )
-            time_rows.append(time_row(label, result))
-            notes += result.notes
-            _write_json(args.json_out, _json_line(result, site, args.delay, "compare"))
+                time_rows.append(time_row(label, result))
+                notes += result.notes
+                _write_json(args.json_out, _json_line(result, site, args.delay, "compare"))
     roots = "`-i FILE`" if setup.input_file else "the roots as arguments (no `--input-file`)"
     lines = [
         "### Broad crawl",
@@ -1044,8 +1071,7 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
     ]
     if one_host:
         measured = ", ".join(
-            f"{LABELS[tool]} {before:.2f} / {after:.2f}"
-            for tool, (before, after) in one_host.items()
+            f"{label} {before:.2f} / {after:.2f}" for label, (before, after) in one_host.items()
         )
         lines += [
             "",
@@ -1054,6 +1080,8 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
             f"delay, the same store and processes, crawled just before and just after the "
             f"broad crawl; the mean of the two (ms/request before / after: {measured}).",
         ]
+    if args.rounds > 1:
+        lines += ["", wall_summary(walls)]
     lines += [
         "",
         "Where the wall time went, from nginx's log and each tool's start and exit: the first "

@@ -225,3 +225,18 @@ def test_the_time_table_splits_a_crawls_wall_time_by_the_log() -> None:
     assert time_row("x", ToolRun(tool="ours", costs=[], wall_s=1.0, metrics=empty))[1:] == ["-"] * (
         len(TIME_HEADERS) - 1
     )
+
+
+def test_the_wall_summary_gives_each_tools_median_and_range() -> None:
+    """Three rounds: the median and the extremes; a tool crawled once says so rather than
+    showing a range of one. And --rounds below 1 is refused before anything runs."""
+    from benchmarks.bench_broad import build_parser, run, wall_summary
+    from benchmarks.bench_engines import BenchmarkError
+
+    summary = wall_summary({"memory": [1.07, 1.041, 1.052], "Scrapy": [3.381]})
+    assert summary == (
+        "Wall ÷ (PxD), median of the rounds (smallest-largest): "
+        "memory 1.052 (1.041-1.070); Scrapy 3.381 (one round)."
+    )
+    with pytest.raises(BenchmarkError, match="--rounds"):
+        run(build_parser().parse_args(["--rounds", "0"]))

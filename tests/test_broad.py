@@ -12,6 +12,8 @@ On the Trio engines the crawl runs on the virtual clock; on the others, a tenth 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import heapq
 import os
 import signal
 from collections import defaultdict
@@ -375,3 +377,40 @@ async def test_a_page_settles_with_its_own_call_not_the_flushs_last(
     with anyio.fail_after(10):
         async with frontier.session(_runtime(state=state)):
             await _three_pages_settle(state, frontier, held)
+
+
+async def test_a_request_leased_ahead_coming_due_as_a_call_lingers_ends_the_wait(
+    engine: Engine, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call lingers while a request leased ahead waits for its time, until the first
+    one is due. Whether one waits is read on the clock more than once: the last request
+    leased ahead may come due between two readings, and then none is left to wait for.
+    The wait ends there; it looked for the first one anyway and raised IndexError in the
+    worker that settled its page, ending that process's crawl with a traceback (three
+    processes started at once on a loaded machine, once in about 800 crawls)."""
+    config = CrawlConfig.create(
+        ["http://a.test/"],
+        frontier=redis_server.url(),
+        crawl_id=f"linger-due-{engine.name}",
+        max_tasks=4,
+        delay=1.0,
+    )
+    frontier = RedisFrontier(config)
+    now = [anyio.current_time()]
+    runtime = dataclasses.replace(_runtime(), clock=lambda: now[0])
+    due, url = now[0] + 0.01, "http://a.test/next"
+    with anyio.fail_after(10):
+        async with frontier.session(runtime):
+            heapq.heappush(frontier._ahead, (due, url))
+            frontier._waiting_ahead.add(url)
+            frontier.link.idle_until = now[0] + 10  # nothing else to lease before then
+            assert frontier._lingers()
+            room = frontier._room
+
+            def room_as_the_clock_moves(*, ahead: bool = False) -> int:
+                now[0] = due  # between _lingers()'s readings of the clock
+                return room(ahead=ahead)
+
+            monkeypatch.setattr(frontier, "_room", room_as_the_clock_moves)
+            await frontier._linger()
+            assert frontier._next_ahead() is None

@@ -474,6 +474,15 @@ class RedisFrontier:
         free = 0 if ahead else self._not_due()
         return max(0, self.config.max_tasks - busy + free)
 
+    def _next_ahead(self) -> float | None:
+        """The earliest time a request leased ahead comes due (it may be one taken since,
+        whose time only makes a waiter look again); None if none waits.
+
+        Asked with the clock read anew: a caller that has just been told that one waits
+        (:meth:`_lingers` reads the clock more than once) may find it due by now.
+        """
+        return self._ahead[0][0] if self._not_due() else None
+
     def _not_due(self) -> int:
         """How many requests leased ahead wait for their time, in the window."""
         if self._ahead:
@@ -570,7 +579,10 @@ class RedisFrontier:
             while self._now() < deadline and self._lingers():
                 # Looked at again when the server's time comes, and when the next request
                 # leased ahead is due: the last one due ends the wait.
-                until = min(deadline, self._ahead[0][0])
+                due = self._next_ahead()
+                if due is None:  # the last came due as _lingers() read the clock again
+                    break
+                until = min(deadline, due)
                 if self.link.idle_until is not None:
                     until = min(until, self.link.idle_until)
                 self._hurry = anyio.Event()

@@ -91,6 +91,9 @@ def command(engine: str, frontier: str, crawl_id: str, output: Path, roots: list
 async def test_three_processes_started_at_once_share_a_broad_crawl(
     tmp_path: Path, number: int
 ) -> None:
+    """Three processes, on engines and at offsets drawn from the round's seed: each host's
+    server sees its robots.txt first and once, each page once, a delay apart; every
+    process finishes the crawl, and their outputs hold one record per page."""
     rng = random.Random(f"{SEED}-{number}")
     engines = rng.choices(list(ENGINES), k=3)
     holder = rng.randrange(3)  # the process given the ROOTs; the others join
@@ -111,8 +114,10 @@ async def test_three_processes_started_at_once_share_a_broad_crawl(
                 for index in range(3):
                     nursery.start_soon(one, index)
     done = [run for run in runs if run is not None]
-    context = f"seed {SEED} round {number}: engines {engines}, ROOTs to {holder}, " + "\n".join(
-        f"starts {[round(offset, 3) for offset in offsets]}\n{run}" for run in done
+    starts = [round(offset, 3) for offset in offsets]
+    lines = [f"p{index} ({engines[index]}): {run}" for index, run in enumerate(runs)]
+    context = "\n".join(
+        [f"seed {SEED} round {number}: ROOTs to p{holder}, starts {starts} s", *lines]
     )
     assert len(done) == 3, context
     for run in done:

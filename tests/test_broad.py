@@ -387,7 +387,7 @@ async def test_a_request_leased_ahead_coming_due_as_a_call_lingers_ends_the_wait
     leased ahead may come due between two readings, and then none is left to wait for.
     The wait ends there; it looked for the first one anyway and raised IndexError in the
     worker that settled its page, ending that process's crawl with a traceback (three
-    processes started at once on a loaded machine, once in about 800 crawls)."""
+    processes started at once on a loaded machine, once in about 1 200 crawls)."""
     config = CrawlConfig.create(
         ["http://a.test/"],
         frontier=redis_server.url(),

@@ -103,21 +103,24 @@ async def run_child(
     name: str = "child",
     ended: list[float] | None = None,
     env: dict[str, str] | None = None,
+    when: trio.Event | None = None,
 ) -> Run:
-    """Run the command; if ``send`` is given, send it that signal once ``site`` triggers.
+    """Run the command; if ``send`` is given, send it that signal once ``site`` triggers,
+    or once ``when`` is set.
 
     ``ended``, if given, gets the time the process exited (Trio's clock).
     """
     out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    trigger = when if when is not None else None if site is None else site.triggered
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = await trio.lowlevel.open_process(args, stdout=stdout, stderr=stderr, env=env)
         async with trio.open_nursery() as nursery:
-            if site is not None and send is not None:
+            if trigger is not None and send is not None:
 
                 async def signal_when_triggered() -> None:
-                    assert site is not None
+                    assert trigger is not None
                     assert send is not None
-                    await site.triggered.wait()
+                    await trigger.wait()
                     process.send_signal(send)
 
                 nursery.start_soon(signal_when_triggered)

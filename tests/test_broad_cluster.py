@@ -24,7 +24,6 @@ import contextlib
 import os
 import random
 import signal
-import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -34,6 +33,7 @@ import pytest
 import trio
 from redis_server import running_redis
 from sites import Run, run_child
+from test_cluster import command as cluster_command
 
 from trio_crawler._cli import ENGINES
 
@@ -46,7 +46,7 @@ KILL_ROUNDS = int(os.environ.get("BROAD_CLUSTER_KILLS", "1"))
 HOSTS = 8
 PAGES = 4  # a host's root and its pages /p1, /p2, /p3, in a chain
 DELAY = 0.2
-MAX_TASKS = 4
+MAX_TASKS = 4  # what test_cluster's command gives each process
 # What each host serves: robots.txt, its root and its pages.
 TARGETS = ["/robots.txt", "/", *(f"/p{number}" for number in range(1, PAGES))]
 # The most a start may be put off, so that a joiner may ask before the crawl exists or
@@ -97,15 +97,12 @@ async def serve_hosts(
     return roots, arrivals
 
 
-def command(
-    engine: str, frontier: str, crawl_id: str, output: Path, roots: list[str], *extra: str
-) -> list[str]:
-    return [
-        sys.executable,
-        *("-m", "trio_crawler", "--engine", engine, "--frontier", frontier),
-        *("--crawl-id", crawl_id, "--no-progress", "-v", "--max-tasks", str(MAX_TASKS)),
-        *("--delay", str(DELAY), "--max-per-host", "1", "-o", str(output), *extra, *roots),
-    ]
+def command(engine: str, frontier: str, output: Path, roots: list[str], *extra: str) -> list[str]:
+    """test_cluster's command for one process of the shared crawl, paced by the delay."""
+    paced = ("--delay", str(DELAY), "--max-per-host", "1")
+    return cluster_command(
+        engine, frontier, output, "--crawl-id", "broad", "-v", *paced, *extra, *roots
+    )
 
 
 @dataclass
@@ -153,7 +150,7 @@ async def run_round(
             async def one(index: int) -> None:
                 await trio.sleep(this.offsets[index])  # the start order under test, not a wait
                 given = this.roots if index == this.holder else []
-                args = command(engines[index], redis.url(), "broad", outputs[index], given, *extra)
+                args = command(engines[index], redis.url(), outputs[index], given, *extra)
                 killed = kill is not None and kill[0] == index
                 this.runs[index] = await run_child(
                     args,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -225,3 +225,12 @@ async def open_test_server(
             task_group.cancel_scope.cancel("test server closed")
     if body_error is not None:
         raise body_error
+
+
+async def open_hosts(stack: AsyncExitStack, count: int) -> list[TestServer]:
+    """``count`` test servers on 127.0.0.2, 127.0.0.3, ...: that many hosts to a crawler,
+    open until ``stack`` closes."""
+    return [
+        await stack.enter_async_context(open_test_server(host=f"127.0.0.{index + 2}"))
+        for index in range(count)
+    ]

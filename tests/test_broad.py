@@ -37,7 +37,7 @@ from trio_crawler._store_sqlite import StoredFrontier
 from trio_crawler._stores import open_store
 
 from conftest import Engine
-from httpserver import Reply, Request, open_test_server
+from httpserver import Reply, Request, open_hosts
 from support import crawl, page
 
 pytestmark = pytest.mark.anyio
@@ -60,10 +60,7 @@ async def crawl_hosts(engine: Engine, **options: Any) -> tuple[Any, dict[str, li
     delay = engine.seconds(1.0)
     arrivals: dict[str, list[float]] = defaultdict(list)
     async with contextlib.AsyncExitStack() as stack:
-        servers = [
-            await stack.enter_async_context(open_test_server(host=f"127.0.0.{index + 2}"))
-            for index in range(HOSTS)
-        ]
+        servers = await open_hosts(stack, HOSTS)
         for index, server in enumerate(servers):
             after = servers[(index + 1) % HOSTS].url()
 
@@ -210,10 +207,7 @@ async def test_a_process_at_the_delays_pace_sends_several_pages_a_call(
 
     async def crawl_and_count(name: str) -> tuple[Any, int]:
         async with contextlib.AsyncExitStack() as stack:
-            servers = [
-                await stack.enter_async_context(open_test_server(host=f"127.0.0.{index + 2}"))
-                for index in range(hosts)
-            ]
+            servers = await open_hosts(stack, hosts)
             for index, server in enumerate(servers):
 
                 async def handle(request: Request, index: int = index) -> Reply:

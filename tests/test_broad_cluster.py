@@ -37,7 +37,7 @@ from test_cluster import command as cluster_command
 
 from trio_crawler._cli import ENGINES
 
-from httpserver import Reply, Request, open_test_server
+from httpserver import Reply, Request, open_hosts
 from support import HANG_LIMIT, page, read_records
 
 SEED = int(os.environ.get("BROAD_CLUSTER_SEED", "20261128"))
@@ -70,10 +70,7 @@ async def serve_hosts(
     once the servers together have seen n requests."""
     arrivals: dict[str, list[tuple[float, str]]] = defaultdict(list)
     seen = 0
-    servers = [
-        await stack.enter_async_context(open_test_server(host=f"127.0.0.{index + 2}"))
-        for index in range(HOSTS)
-    ]
+    servers = await open_hosts(stack, HOSTS)
     roots = [server.url() for server in servers]
     for server in servers:
         elsewhere = rng.choice(roots)

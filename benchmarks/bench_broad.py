@@ -753,6 +753,31 @@ TIME_HEADERS = [
 ]
 
 
+def _row_label(tool: str, run: ToolRun, setup: Setup, *, round_number: int | None) -> str:
+    """A crawl's row name: the tool, how many processes shared a frontier and when they
+    joined, and its round when there are several."""
+    label = LABELS[tool]
+    if tool == "ours-frontier":
+        label += f", {len(run.costs)} processes"
+        if setup.join_after > 0:
+            label += f", joined {setup.join_after:g} s after"
+    if round_number is not None:
+        label += f", round {round_number}"
+    return label
+
+
+def _redis_note(label: str, run: ToolRun) -> list[str]:
+    """What the Redis server spent on a shared crawl, which the row's CPU leaves out."""
+    if run.redis is None:
+        return []
+    requests, calls = run.metrics.requests, run.redis.script_calls
+    return [
+        f"{label}: Redis's own CPU {run.redis.cpu_s:.1f} s "
+        f"({_per_request(run.redis.cpu_s, requests)} ms/request), not in the row; "
+        f"{calls} step calls" + (f" ({calls / requests:.2f} a request)." if requests else ".")
+    ]
+
+
 def wall_summary(walls: dict[str, list[float]]) -> str:
     """Each tool's wall ÷ (PxD) over its rounds: the median, and the smallest and largest,
     since on a shared machine one crawl's ratio moves by more than the bound's margin."""
@@ -1016,32 +1041,22 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         # falls on all of them alike; the peers, slower by far, crawl in the first only.
         for number in range(args.rounds):
             for tool in tools if number == 0 else [t for t in tools if t in OURS]:
-                label = LABELS[tool]
+                reference = one_root if tool in OURS else None
                 before = (
-                    one_host_cost(tool, one_root, setup, redis=redis)
-                    if one_root is not None and tool in OURS
-                    else None
+                    None
+                    if reference is None
+                    else one_host_cost(tool, reference, setup, redis=redis)
                 )
-                print(f"bench_broad: {label} ...", file=sys.stderr, flush=True)
+                print(f"bench_broad: {LABELS[tool]} ...", file=sys.stderr, flush=True)
                 result = crawl(tool, site, setup, delay=args.delay, redis=redis)
-                walls.setdefault(label, []).append(result.wall_s / (args.pages * args.delay))
-                if tool == "ours-frontier":
-                    label += f", {len(result.costs)} processes"
-                    if setup.join_after > 0:
-                        label += f", joined {setup.join_after:g} s after"
-                if args.rounds > 1 and tool in OURS:
-                    label += f", round {number + 1}"
-                if before is not None and one_root is not None:
-                    one_host[label] = (before, one_host_cost(tool, one_root, setup, redis=redis))
-                if result.redis is not None:
-                    requests = result.metrics.requests
-                    calls = result.redis.script_calls
-                    notes.append(
-                        f"{label}: Redis's own CPU {result.redis.cpu_s:.1f} s "
-                        f"({_per_request(result.redis.cpu_s, requests)} ms/request), not "
-                        f"in the row; {calls} step calls"
-                        + (f" ({calls / requests:.2f} a request)." if requests else ".")
-                    )
+                walls.setdefault(LABELS[tool], []).append(result.wall_s / (args.pages * args.delay))
+                in_rounds = args.rounds > 1 and tool in OURS
+                label = _row_label(
+                    tool, result, setup, round_number=number + 1 if in_rounds else None
+                )
+                if reference is not None and before is not None:
+                    one_host[label] = (before, one_host_cost(tool, reference, setup, redis=redis))
+                notes += _redis_note(label, result)
                 rows.append(
                     compare_row(
                         label,

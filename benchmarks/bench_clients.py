@@ -104,16 +104,15 @@ class OwnSSLContextCrawler(Crawler):
 
     Each worker's client is given a context made as the worker starts (the CA bundle
     loaded each time), where the engine shares one, made at the first https connection.
-    The client is closed as the engine closes its own (shielded and bounded).
+    Everything else is the engine's own ``Fetcher.new_client()``: the crawl's shared
+    idle connections and host-name cache, its user agent and headers, its one look at
+    the environment for a proxy. So C differs from B in the SSL context alone. The client
+    is closed as the engine closes its own (shielded and bounded).
     """
 
     @contextlib.asynccontextmanager
     async def _open_client(self) -> AsyncIterator[Client]:
-        client = open_client(
-            library=choose_http_library(),
-            max_connections=1,
-            ssl_context=ssl.create_default_context(),
-        )
+        client = self._fetcher.new_client(ssl_context=ssl.create_default_context())
         try:
             yield client
         finally:

@@ -1,7 +1,7 @@
 """HTTPS against a real TLS server on 127.0.0.1, with certificates from a test CA (trustme).
 
 Most of the web is HTTPS, and the crawler's clients share one verifying SSL context that
-the crawler builds itself (see ``CrawlerBase._new_worker_client``). These tests show that it
+the crawler builds itself (see ``Fetcher.new_client``). These tests show that it
 verifies: a certificate from an unknown CA is a failure record, on every engine, while the
 rest of the crawl goes on; that the CA store is the system's, which OpenSSL lets
 ``SSL_CERT_FILE`` replace (the command line, in a fresh process, trusting the test CA); and
@@ -24,10 +24,11 @@ import pytest
 import trustme
 
 from trio_crawler._clients import default_ssl_context
+from trio_crawler._events import FetchError, FetchRequest, Response
 from trio_crawler._transport import choose_transport
 
 from conftest import Engine
-from httpserver import Reply, open_test_server
+from httpserver import Reply, Request, open_test_server
 from support import HANG_LIMIT
 
 pytestmark = pytest.mark.anyio
@@ -105,6 +106,40 @@ async def test_the_ssl_context_is_made_at_the_first_https_connection(
         assert {stat.url: stat.status for stat in crawler.done}[plain_server.url()] == 200
     finally:
         default_ssl_context.cache_clear()  # later tests make their own, not counted
+
+
+async def test_a_workers_client_given_its_own_context_changes_only_its_trust(
+    engine: Engine, ca: trustme.CA, server_context: ssl.SSLContext
+) -> None:
+    """``Fetcher.new_client(ssl_context=...)`` is how a context per client is measured
+    (benchmarks/bench_clients.py, arrangement C): the client trusts what its context
+    trusts, and is otherwise the crawl's own, sending the crawl's user agent and headers."""
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    agents: list[tuple[str, str]] = []
+
+    async def page(request: Request) -> Reply:
+        agents.append((request.headers["user-agent"], request.headers["x-test"]))
+        return Reply.html("page")
+
+    async with open_test_server({"/": page}, ssl_context=server_context) as server:
+        crawler = engine.crawler([server.url()], user_agent="probe/1", headers=[("X-Test", "kept")])
+        fetcher = crawler._fetcher
+        request = FetchRequest(url=server.url(), redirects_left=10)
+        own = fetcher.new_client(ssl_context=trusting)
+        shared = fetcher.new_client()
+        try:
+            with anyio.fail_after(HANG_LIMIT):
+                trusted = await fetcher.fetch(own, request)
+                refused = await fetcher.fetch(shared, request)
+        finally:
+            await own.aclose()
+            await shared.aclose()
+    assert isinstance(trusted, Response)
+    assert trusted.status == 200
+    assert isinstance(refused, FetchError)
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.error
+    assert agents == [("probe/1", "kept")]  # one request: the refused one never went
 
 
 async def test_a_callers_client_brings_its_own_trust(

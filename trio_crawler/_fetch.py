@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ._clients import Client
+    from ._transport import TLSContext
 
 # How much of a robots.txt is read: RFC 9309, section 2.5, asks crawlers to parse at least
 # 500 KiB and lets them ignore the rest. A larger file is cut there, not failed.
@@ -427,13 +428,15 @@ class Fetcher:
         # What the workers' transports share: the cap on idle connections, the name cache.
         self.connections = CrawlConnections.from_environment() if client is None else None
 
-    def new_client(self) -> Client:
+    def new_client(self, *, ssl_context: TLSContext = default_ssl_context) -> Client:
         """A client for one worker, which makes one request at a time.
 
         A client per worker rather than one shared: see the README's "HTTP clients" for
         the measurements. The SSL context is built once per process and shared, since
         building one costs about a megabyte and tens of milliseconds, and only when the
-        first https connection needs it.
+        first https connection needs it. ``ssl_context`` replaces it for this client
+        alone, and nothing else: the benchmark that measures what a context per client
+        would cost gives each worker's client its own, and must compare like with like.
         """
         assert self._library is not None, "a crawl given a client makes none"
         if self._proxy_from_environment is None:
@@ -441,7 +444,7 @@ class Fetcher:
         return open_client(
             library=self._library,
             max_connections=1,
-            ssl_context=default_ssl_context,  # made at the first https connection
+            ssl_context=ssl_context,  # by default, made at the first https connection
             user_agent=self._user_agent,
             proxy_from_environment=self._proxy_from_environment,
             connections=self.connections,

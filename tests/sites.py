@@ -124,8 +124,8 @@ async def run_child(
                     process.send_signal(send)
 
                 nursery.start_soon(signal_when_triggered)
-            await process.wait()
+            returncode = await process.wait()
             if ended is not None:
                 ended.append(trio.current_time())
             nursery.cancel_scope.cancel()
-    return Run(process.returncode, out.read_text(), err.read_text())
+    return Run(returncode, out.read_text(), err.read_text())

@@ -167,7 +167,7 @@ class StoredFrontier:
         self._outputs: list[RecordOutput] = []
         self._warc: ArchiveOutput | None = None
         self._last_record = state_file.last_record  # the last record made, by id
-        self._next_marks = -float("inf")  # when the -o files' marks are next written
+        self._next_marks = -math.inf  # when the -o files' marks are next written
         self._notes_due = -math.inf  # when the batch's origin notes need a transaction
         self._limits_written: dict[str, int] | None = None
         self.lost: str | None = None

@@ -279,6 +279,31 @@ def test_a_file_of_another_layout_is_refused_untouched(
     assert not output.exists()
 
 
+def test_a_file_from_before_the_origins_index_gains_it_and_goes_on(tmp_path: Path) -> None:
+    """The index by which the store reaches a host's URLs beyond its window is no change
+    of layout: a file made before it is opened as it is, and the index added."""
+    path = tmp_path / "crawl.db"
+    _, store = open_crawl(path)
+    store.commit_waiting()
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX urls_queued_by_origin")
+    db.commit()
+    db.close()
+    state, store = open_crawl(path)
+    try:
+        db = sqlite3.connect(path)
+        indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+        db.close()
+        assert "urls_queued_by_origin" in indexes
+        store.commit_waiting()
+        request = state.next_request(now=0.0)
+        assert request is not None
+        assert request.url == ROOT
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("damage", ["truncated", "overwritten"])
 def test_a_damaged_file_is_refused_untouched(finished_state: Path, damage: str) -> None:
     data = bytearray(finished_state.read_bytes())

@@ -251,6 +251,11 @@ class OriginScheduler:
         origin = self._origin_for(key)
         origin.next_start = max(origin.next_start, not_before)
 
+    def queued_at(self, key: str) -> int:
+        """URLs of origin ``key`` waiting here (0 for an origin not known here)."""
+        origin = self._origins.get(key)
+        return 0 if origin is None else origin.queued
+
     def knows_origin(self, key: str) -> bool:
         """Whether origin ``key`` has been queued, restored or held here."""
         return key in self._origins

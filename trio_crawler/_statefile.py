@@ -47,10 +47,13 @@ from ._statefile_rows import (
     APPLICATION_ID,
     DISALLOWED,
     DONE,
+    ORIGIN_SQL,
     QUEUED,
+    QUEUED_BY_ORIGIN,
     SCHEMA,
     SCHEMA_VERSION,
     OriginNote,
+    origin_sql,
 )
 from ._stats import FetchStatistic
 
@@ -81,13 +84,15 @@ class Batch:
     marks: list[tuple[str, int, int]] = field(default_factory=list)  # path, bytes, last id
     limit_counts: dict[str, int] | None = None
     load: int = 0  # rows to load into the window after committing
+    # Origins whose next queued rows to load after committing, each after a row id.
+    reach: list[tuple[str, int]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return self.beyond_notes() or bool(self.origins)
 
     def beyond_notes(self) -> bool:
         """Whether it holds more than origin notes, which may wait for company."""
-        return bool(self.completions or self.disallowed or self.damaged or self.load)
+        return bool(self.completions or self.disallowed or self.damaged or self.load or self.reach)
 
 
 @dataclass(slots=True)
@@ -99,6 +104,10 @@ class Committed:
     turned_away: list[str]  # new rows that robots.txt rules forbid
     records: list[tuple[int, str]]  # record id, JSON line, in completion order
     loaded: list[tuple[Any, ...]]
+    # The rows of origins reached beyond the window (StateFile.reach), and the origins
+    # (as ORIGIN_SQL spells them) of the rows this transaction queued.
+    reached: list[tuple[Any, ...]] = field(default_factory=list)
+    new_origins: list[str] = field(default_factory=list)
 
 
 class StateFile:
@@ -131,6 +140,8 @@ class StateFile:
                 self._check(roots)  # before anything is written, WAL mode included
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            if not new:
+                self._db.execute(QUEUED_BY_ORIGIN)  # a file from before the index
         except sqlite3.Error as exc:
             self.close()
             raise StateFileError(path, f"cannot use it as a state file ({exc})") from None
@@ -181,7 +192,7 @@ class StateFile:
             self._db.executescript(
                 "BEGIN IMMEDIATE;"
                 f"PRAGMA application_id={APPLICATION_ID};"
-                f"PRAGMA user_version={SCHEMA_VERSION};" + SCHEMA
+                f"PRAGMA user_version={SCHEMA_VERSION};" + SCHEMA + QUEUED_BY_ORIGIN + ";"
             )
             self._set("roots", json.dumps(list(roots)))
             self._set("options", json.dumps(dict(options), sort_keys=True, default=str))
@@ -293,21 +304,49 @@ class StateFile:
             db.close()
 
     def load(self, after: int, limit: int) -> list[tuple[Any, ...]]:
-        """Queued rows after id ``after``, with what a recrawl kept of each page (the
-        rows are found by id: those before the window's cursor are done, or loaded)."""
-        if self.pass_number == 1:
-            query = (
-                "SELECT id, url, depth, redirects_left, sitemap, first, NULL, NULL, NULL, NULL,"
-                " referrer FROM urls WHERE id > ? AND state = ? ORDER BY id LIMIT ?"
-            )
-        else:
-            query = (
-                "SELECT u.id, u.url, u.depth, u.redirects_left, u.sitemap, u.first,"
-                " p.etag, p.last_modified, p.num_urls, p.links, u.referrer"
-                " FROM urls AS u LEFT JOIN pages AS p ON p.url = u.url"
-                " WHERE u.id > ? AND u.state = ? ORDER BY u.id LIMIT ?"
-            )
+        """Queued rows after id ``after``, with what a recrawl kept of each page and, last,
+        the row's origin (ORIGIN_SQL). The rows are found by id: those before the
+        window's cursor are done, or loaded."""
+        query = self._select_rows("id > ? AND state = ? ORDER BY id LIMIT ?")
         return self._db.execute(query, (after, QUEUED, limit)).fetchall()
+
+    def queued_origins(self) -> list[str]:
+        """The origins (ORIGIN_SQL) with queued rows, read from the origins' index."""
+        query = f"SELECT DISTINCT {ORIGIN_SQL} FROM urls WHERE state = {QUEUED}"
+        return [origin for (origin,) in self._db.execute(query)]
+
+    def reach(self, origins: Sequence[tuple[str, int]], limit: int) -> list[tuple[Any, ...]]:
+        """For each (origin, after): up to ``limit`` of its queued rows after id ``after``,
+        in order, as :meth:`load` gives them. One look-up in the origins' index each."""
+        # The state as a literal, which the partial index's own condition matches.
+        query = self._select_rows(
+            f"{{origin}} = ? AND id > ? AND state = {QUEUED} ORDER BY id LIMIT ?"
+        )
+        db = self._db
+        rows: list[tuple[Any, ...]] = []
+        for origin, after in origins:
+            rows += db.execute(query, (origin, after, limit)).fetchall()
+        return rows
+
+    def _select_rows(self, where: str) -> str:
+        """The query of :meth:`load` and :meth:`reach`: ``where`` over the urls table, in
+        which ``{origin}`` stands for the row's origin (the index's expression, so that
+        the index serves it)."""
+        if self.pass_number == 1:
+            origin = ORIGIN_SQL
+            columns = "id, url, depth, redirects_left, sitemap, first, NULL, NULL, NULL, NULL"
+            tables = "urls"
+        else:
+            origin = origin_sql("urls.url")
+            columns = (
+                "id, urls.url, depth, redirects_left, sitemap, first,"
+                " pages.etag, pages.last_modified, pages.num_urls, pages.links"
+            )
+            tables = "urls LEFT JOIN pages ON pages.url = urls.url"
+        return (
+            f"SELECT {columns}, referrer, {origin} FROM {tables}"
+            f" WHERE {where.format(origin=origin)}"
+        )
 
     def mark(self, path: str) -> tuple[int, int] | None:
         """How far the output ``path`` had got in this pass (bytes, last record id)."""
@@ -363,7 +402,7 @@ class StateFile:
                         unseen[index] = unseen.get(index, 0) + counted
                         if offer.over_depth:
                             beyond[index] = beyond.get(index, 0) + counted
-            new_by, turned_away = self._insert(offered, offered_by)
+            new_by, turned_away, new_origins = self._insert(offered, offered_by)
             settled: list[Settled] = []
             records: list[tuple[int, str]] = []
             done: list[str] = []
@@ -452,7 +491,7 @@ class StateFile:
                 )
             if batch.limit_counts is not None:
                 self._set("limit_counts", json.dumps(batch.limit_counts, sort_keys=True))
-        return Committed(settled, new_rows, turned_away, records, [])
+        return Committed(settled, new_rows, turned_away, records, [], new_origins=new_origins)
 
     @property
     def last_record(self) -> int:
@@ -465,17 +504,18 @@ class StateFile:
 
     def _insert(
         self, offered: list[list[Any]], offered_by: list[int]
-    ) -> tuple[dict[int, tuple[int, int]], list[str]]:
+    ) -> tuple[dict[int, tuple[int, int]], list[str], list[str]]:
         """Queue the links that are new to the file, in one statement; say how many of
         them each completion offered first (by its index in the batch), and of those how
-        many robots.txt turned away (rows kept as seen, not queued), and which.
+        many robots.txt turned away (rows kept as seen, not queued), and which; and the
+        origins of the rows it queued.
 
         The links are inserted in the order offered, so the rows new to the file are the
         ones above the highest id before, and one more statement reads them back as one
         JSON array: a link offered by two pages of a batch is new for the first.
         """
         if not offered:
-            return {}, []
+            return {}, [], []
         db = self._db
         db.execute(
             "INSERT OR IGNORE INTO urls"
@@ -486,8 +526,11 @@ class StateFile:
             " json_extract(value, '$[4]'), json_extract(value, '$[6]') FROM json_each(?)",
             (json.dumps(offered),),
         )
-        last, new_urls = db.execute(
-            "SELECT max(id), json_group_array(url) FROM urls WHERE id > ?", (self._last_url,)
+        last, new_urls, new_origins = db.execute(
+            "SELECT max(id), json_group_array(url),"
+            f" json_group_array(DISTINCT CASE WHEN state = {QUEUED} THEN {ORIGIN_SQL} END)"
+            " FROM urls WHERE id > ?",
+            (self._last_url,),
         ).fetchone()
         new = set(json.loads(new_urls))
         if last is not None:
@@ -507,7 +550,8 @@ class StateFile:
             for url in list(itertools.islice(known, len(known) // 2)):
                 del known[url]
         known.update(dict.fromkeys(url for url, *_ in offered))
-        return new_by, turned_away
+        origins = [origin for origin in json.loads(new_origins) if origin is not None]
+        return new_by, turned_away, origins
 
     def close(self) -> None:
         """Close the database and release the lock."""

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._config import MAX_HOST_DELAY
-from ._events import RobotsRequest
+from ._events import FetchRequest, RobotsRequest
 from ._frontier import (
     GROUP_SIZE,
     GROUP_WINDOW,
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
 
     from ._config import CrawlConfig
-    from ._events import FetchRequest
     from ._frontier import StoreRuntime
     from ._output import ArchiveOutput, RecordOutput
     from ._stats import FetchStatistic
@@ -83,6 +82,17 @@ MARK_INTERVAL = 1.0
 LOW_WATER = 256
 CHUNK = 500
 MAX_WINDOW = 10_000
+
+# Beyond the window. Its rows are the file's first queued ones, in the order found, and in a
+# broad crawl they may all be of the hosts read first: one round of links from 2 000 hosts
+# is 16 000 URLs, and the hosts whose links lie beyond the window would have nothing to
+# fetch until it drained (measured: 1.42 x the delays' bound, against 1.14 with no cap). So
+# a host that has run out in memory, and has rows in the file, has its next REACH_ROWS
+# loaded out of turn, by its origin's index: up to REACH_ORIGINS hosts a transaction,
+# when the window is full and nothing may go. The window then holds up to MAX_WINDOW rows
+# and REACH_ROWS more a host: memory grows with the hosts, as the scheduler's own does.
+REACH_ROWS = 4
+REACH_ORIGINS = 256
 
 # What an origin learnt (its robots.txt, a new pace) waits for the next transaction, or
 # this many seconds of the engine's clock, rather than making one of its own: a note lost
@@ -154,7 +164,15 @@ class StoredFrontier:
             delay=delay, obey_robots=obey_robots, max_per_host=max_per_host, adapt=adapt
         )
         self._unloaded, self._known = state_file.counts()
-        self._cursor = 0  # the last row id loaded into the window
+        self._cursor = 0  # the last row id loaded into the window in turn
+        # Origins (as the file spells them) whose rows were loaded out of turn, and the last
+        # such row of each: the rows in turn up to it are already in memory, or done.
+        self._reached: dict[str, int] = {}
+        # Origins that ran out in memory and may have rows in the file: at a resume, every
+        # origin that has (when the window cannot take them all).
+        self._wanting: set[str] = set()
+        if self._unloaded > MAX_WINDOW:
+            self._wanting.update(state_file.queued_origins())
         self._batch = Batch()
         self._waiting: list[_Waiting] = []
         self._unleased = 0  # completions not in flight (links alone, unfetchable URLs)
@@ -240,6 +258,10 @@ class StoredFrontier:
         taken = self.scheduler.take(now=now, start_new=start_new)
         if isinstance(taken, Disallowed):
             self._batch.disallowed.append(taken.request.url)
+        elif self._unloaded and isinstance(taken, FetchRequest) and not taken.robots:
+            key = origin_of(taken.url)
+            if not self.scheduler.queued_at(key):
+                self._wanting.add(key)  # its last URL in memory
         return taken
 
     def next_wakeup(self) -> float | None:
@@ -349,6 +371,7 @@ class StoredFrontier:
             bool(self._waiting)
             or self._batch_due(starved=starved)
             or self._wants_rows(starved=starved) > 0
+            or self._reach_due(starved=starved)
         )
 
     def _batch_due(self, *, starved: bool) -> bool:
@@ -420,7 +443,11 @@ class StoredFrontier:
     def commit_waiting(self, *, load: bool = True) -> None:
         """Commit what waits in one transaction, here and now, blocking: for :meth:`close`,
         and for a caller that drives the store by hand (the tests' scenario table)."""
-        while self._waiting or self._batch or (load and self._wants_rows(starved=True)):
+        while (
+            self._waiting
+            or self._batch
+            or (load and (self._wants_rows(starved=True) or self._reach_due(starved=True)))
+        ):
             batch, waiting = self._next_batch(starved=load)
             if not load:
                 batch.load = 0
@@ -467,7 +494,12 @@ class StoredFrontier:
         run = self._runtime.run_in_thread
         self._flushing = True
         try:
-            while self._waiting or self._batch or self._wants_rows(starved=starved):
+            while (
+                self._waiting
+                or self._batch
+                or self._wants_rows(starved=starved)
+                or self._reach_due(starved=starved)
+            ):
                 if group and not starved and len(self._waiting) < GROUP_SIZE:
                     await anyio.sleep(group)  # let the pages finishing now join
                 batch, waiting = self._next_batch(starved=starved)
@@ -495,6 +527,8 @@ class StoredFrontier:
         committed = self.file.commit(batch)
         if batch.load:
             committed.loaded = self.file.load(cursor, batch.load)
+        if batch.reach:
+            committed.reached = self.file.reach(batch.reach, REACH_ROWS)
         return committed
 
     def _wants_rows(self, *, starved: bool) -> int:
@@ -505,6 +539,27 @@ class StoredFrontier:
             return min(CHUNK, self._unloaded)
         return 0
 
+    def _reach_due(self, *, starved: bool) -> bool:
+        """Whether hosts that ran out in memory should have their next rows loaded out of
+        turn: the window is full, nothing may go, and the file has more."""
+        return (
+            starved
+            and bool(self._wanting)
+            and self._unloaded > 0
+            and self.scheduler.queued >= MAX_WINDOW
+        )
+
+    def _origins_to_reach(self) -> list[tuple[str, int]]:
+        """Up to REACH_ORIGINS wanting origins that still have nothing in memory, each with
+        the row after which its next ones lie."""
+        reach: list[tuple[str, int]] = []
+        queued_at = self.scheduler.queued_at
+        while self._wanting and len(reach) < REACH_ORIGINS:
+            key = self._wanting.pop()
+            if not queued_at(key):
+                reach.append((key, max(self._cursor, self._reached.get(key, 0))))
+        return reach
+
     def _next_batch(self, *, starved: bool) -> tuple[Batch, list[_Waiting]]:
         """What the next transaction writes: the batch, and the completions it carries
         with their callbacks."""
@@ -512,6 +567,8 @@ class StoredFrontier:
         waiting, self._waiting = self._waiting, []
         batch.completions = [completion for completion, _ in waiting]
         batch.load = self._wants_rows(starved=starved)
+        if not batch.load and self._reach_due(starved=starved):
+            batch.reach = self._origins_to_reach()
         clock = self._runtime.clock() if self._runtime is not None else None
         outputs_due = clock is None or clock >= self._next_marks
         batch.marks = self._current_marks(outputs=outputs_due)
@@ -542,6 +599,10 @@ class StoredFrontier:
                 self._last_record, _ = next(records)
             then(completion, settled)
         self._window(committed.loaded)
+        self._window_reached(committed.reached)
+        if self._unloaded:
+            queued_at = self.scheduler.queued_at
+            self._wanting.update(key for key in committed.new_origins if not queued_at(key))
         if len(committed.loaded) < batch.load and self._unloaded:
             # The file has no more queued rows than it gave: the count had drifted from it
             # (a hand-edited file, or a bug). The file is the truth, and the count says
@@ -563,17 +624,38 @@ class StoredFrontier:
         return marks
 
     def _window(self, rows: list[tuple[Any, ...]]) -> None:
-        """Queue rows loaded from the file in memory, in their order. A row that does not
-        hold what this layout writes (a damaged or edited file) is logged and skipped."""
+        """Queue rows loaded from the file in turn, in their order, but for those loaded
+        out of turn already."""
+        reached = self._reached
         for row in rows:
             self._cursor = row[0]
-            request = request_from_row(row)
-            if request is None:
-                LOGGER.warning("state file: URL row %s is damaged; skipped", row[0])
-                self._batch.damaged.append(row[0])
+            if reached and row[0] <= reached.get(row[11], 0):
                 continue
-            self.scheduler.enqueue_one(request, first=bool(row[5]))
-        self._unloaded -= len(rows)
+            self._queue_row(row)
+        if reached and rows:
+            for key in [key for key, last in reached.items() if last <= self._cursor]:
+                del reached[key]
+
+    def _window_reached(self, rows: list[tuple[Any, ...]]) -> None:
+        """Queue rows loaded out of turn (:meth:`_origins_to_reach`), in their order."""
+        reached = self._reached
+        for row in rows:
+            key = row[11]
+            if row[0] <= max(self._cursor, reached.get(key, 0)):
+                continue  # in memory already (no transaction came between: never)
+            reached[key] = row[0]
+            self._queue_row(row)
+
+    def _queue_row(self, row: tuple[Any, ...]) -> None:
+        """Queue one row in memory. A row that does not hold what this layout writes (a
+        damaged or edited file) is logged and skipped."""
+        self._unloaded -= 1
+        request = request_from_row(row)
+        if request is None:
+            LOGGER.warning("state file: URL row %s is damaged; skipped", row[0])
+            self._batch.damaged.append(row[0])
+            return
+        self.scheduler.enqueue_one(request, first=bool(row[5]))
 
     # -- origins ---------------------------------------------------------------------------
 

@@ -279,6 +279,31 @@ def test_a_file_of_another_layout_is_refused_untouched(
     assert not output.exists()
 
 
+def test_a_crawl_resumed_at_once_waits_the_delay_before_each_host(tmp_path: Path) -> None:
+    """A process killed just after it sent a request left nothing that says so: the
+    request's URL is still queued in the file. The next run, however soon it starts,
+    waits the delay before its first request to any host, so the server never sees two
+    closer than the delay."""
+    path = tmp_path / "crawl.db"
+    state, store = open_crawl(path, delay=2.0)
+    store.commit_waiting()
+    request = state.next_request(now=0.0)
+    assert request is not None
+    assert request.url == ROOT
+    state.attempt_started(request, now=0.0)
+    store.file.close()  # killed: nothing more is written
+    state, store = open_crawl(path, delay=2.0)
+    try:
+        store.commit_waiting()
+        assert state.next_request(now=0.0) is None
+        assert state.next_wakeup() == 2.0
+        request = state.next_request(now=2.0)
+        assert request is not None
+        assert request.url == ROOT
+    finally:
+        store.close()
+
+
 def test_a_file_from_before_the_origins_index_gains_it_and_goes_on(tmp_path: Path) -> None:
     """The index by which the store reaches a host's URLs beyond its window is no change
     of layout: a file made before it is opened as it is, and the index added."""

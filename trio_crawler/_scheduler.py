@@ -80,6 +80,8 @@ class OriginScheduler:
         self, *, delay: float, obey_robots: bool, max_per_host: int | None, adapt: bool = False
     ) -> None:
         self._delay = delay
+        # Before this, no origin met for the first time may start (hold_every_origin()).
+        self._new_not_before = 0.0
         self._adapt = adapt
         self._obey_robots = obey_robots
         self._max_per_host = max_per_host
@@ -250,6 +252,15 @@ class OriginScheduler:
         or a shared crawl's time for the origin, which also orders it among the others)."""
         origin = self._origin_for(key)
         origin.next_start = max(origin.next_start, not_before)
+
+    def hold_every_origin(self, now: float) -> None:
+        """Hand nothing out for any origin before its delay has run from ``now``, those
+        met later included (the crawl's delay, theirs not being known): for a crawl that
+        goes on after a process that may have sent any of them a request as it stopped,
+        a request nothing recorded."""
+        for origin in self._origins.values():
+            origin.next_start = max(origin.next_start, now + origin.spacing())
+        self._new_not_before = now + self._delay
 
     def queued_at(self, key: str) -> int:
         """URLs of origin ``key`` waiting here (0 for an origin not known here)."""
@@ -549,6 +560,7 @@ class OriginScheduler:
 
     def _new_origin(self, key: str, rules: RobotsRules | None) -> Origin:
         origin = Origin(key, delay=self._delay, rules=rules)
+        origin.next_start = self._new_not_before
         if self._adapt:
             origin.pace = Pace()
         return origin

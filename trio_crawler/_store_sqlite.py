@@ -195,6 +195,8 @@ class StoredFrontier:
         # And when their robots.txt was decided, also as times of day.
         self._restored_robots: dict[str, float] = {}
         self._restore_origins()
+        # A crawl the file held already: each origin waits its delay from this run's start.
+        self._hold_origins = self._known > 0
 
     # -- counts: the file's queue, the window's flights -----------------------------------
 
@@ -246,6 +248,11 @@ class StoredFrontier:
     # stores and the scheduler repeat the protocol's signatures here, alike on purpose: the
     # protocol in _frontier.py is where each is defined and checked.
     def take(self, *, now: float, start_new: bool) -> Taken | None:
+        if self._hold_origins and self._runtime is not None:
+            # The last run may have sent any origin a request as it was killed: no request
+            # this run sends goes sooner after it than the delay, however fast the restart.
+            self._hold_origins = False
+            self.scheduler.hold_every_origin(now)
         if self._restored_waits and self._runtime is not None:
             # Retry-After waits kept by the last run, on this run's clock.
             wall_now = self._runtime.wall_time(now)

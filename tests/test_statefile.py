@@ -25,6 +25,7 @@ from stores import manual_runtime
 
 from trio_crawler._config import CrawlConfig
 from trio_crawler._events import Committing, FetchError, FetchRequest, Outcome, Response
+from trio_crawler._robots import ROBOTS_MAX_AGE
 from trio_crawler._state import CrawlState
 from trio_crawler._statefile import StateFile
 from trio_crawler._statefile_checks import StateFileError
@@ -34,7 +35,7 @@ from trio_crawler._store_sqlite import NOTE_INTERVAL, StoredFrontier, open_state
 from trio_crawler.engine_trio import Crawler
 
 from httpserver import Reply, open_test_server
-from support import HANG_LIMIT, page, read_records
+from support import HANG_LIMIT, finish, page, read_records
 
 T = TypeVar("T")
 ROOT = "http://site.test/0"
@@ -44,7 +45,8 @@ def open_crawl(path: Path, **options: Any) -> tuple[CrawlState, StoredFrontier]:
     """A crawl of ROOT in the state file ``path``, driven by hand on a clock that stands
     still: so its origins keep the crawl's own pace (the learnt one is test_pace.py's)."""
     options.setdefault("adapt", False)
-    config = CrawlConfig.create([ROOT], obey_robots=False, state=str(path), **options)
+    options.setdefault("obey_robots", False)
+    config = CrawlConfig.create([ROOT], state=str(path), **options)
     store = open_state_store(config)
     state = CrawlState(config, frontier=store, resumed=store.resumed())
     store.use_runtime(manual_runtime(state))
@@ -300,6 +302,29 @@ def test_a_crawl_resumed_at_once_waits_the_delay_before_each_host(tmp_path: Path
         request = state.next_request(now=2.0)
         assert request is not None
         assert request.url == ROOT
+    finally:
+        store.close()
+
+
+def test_a_resumed_crawl_keeps_the_age_of_its_robots_txt(tmp_path: Path) -> None:
+    """The time each origin's robots.txt was decided is kept as a time of day and put on
+    the next run's clock, so rules read a day before a resume are read again; that held
+    only when the file also kept a Retry-After wait."""
+    path = tmp_path / "crawl.db"
+    state, store = open_crawl(path, obey_robots=True)
+    store.commit_waiting()
+    robots = state.next_request(now=0.0)
+    assert robots is not None
+    assert robots.robots
+    state.attempt_started(robots, now=0.0)
+    assert finish(state, robots, Response(status=404, body=b""), now=0.0) is None
+    store.close()
+    state, store = open_crawl(path, obey_robots=True)
+    try:
+        store.commit_waiting()
+        again = state.next_request(now=ROBOTS_MAX_AGE + 1.0)
+        assert again is not None
+        assert again.robots
     finally:
         store.close()
 

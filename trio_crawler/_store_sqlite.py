@@ -195,8 +195,8 @@ class StoredFrontier:
         # And when their robots.txt was decided, also as times of day.
         self._restored_robots: dict[str, float] = {}
         self._restore_origins()
-        # A crawl the file held already: each origin waits its delay from this run's start.
-        self._hold_origins = self._known > 0
+        # A crawl the file held already: see _resume_on_this_clock().
+        self._resuming = self._known > 0
 
     # -- counts: the file's queue, the window's flights -----------------------------------
 
@@ -248,20 +248,9 @@ class StoredFrontier:
     # stores and the scheduler repeat the protocol's signatures here, alike on purpose: the
     # protocol in _frontier.py is where each is defined and checked.
     def take(self, *, now: float, start_new: bool) -> Taken | None:
-        if self._hold_origins and self._runtime is not None:
-            # The last run may have sent any origin a request as it was killed: no request
-            # this run sends goes sooner after it than the delay, however fast the restart.
-            self._hold_origins = False
-            self.scheduler.hold_every_origin(now)
-        if self._restored_waits and self._runtime is not None:
-            # Retry-After waits kept by the last run, on this run's clock.
-            wall_now = self._runtime.wall_time(now)
-            for key, wait_until in self._restored_waits.items():
-                self.scheduler.hold_origin(key, not_before=now + max(0.0, wait_until - wall_now))
-            self._restored_waits.clear()
-            for key, at in self._restored_robots.items():
-                self.scheduler.robots_time(key, now - max(0.0, wall_now - at))
-            self._restored_robots.clear()
+        if self._resuming and self._runtime is not None:
+            self._resuming = False
+            self._resume_on_this_clock(now, self._runtime.wall_time(now))
         taken = self.scheduler.take(now=now, start_new=start_new)
         if isinstance(taken, Disallowed):
             self._batch.disallowed.append(taken.request.url)
@@ -270,6 +259,20 @@ class StoredFrontier:
             if not self.scheduler.queued_at(key):
                 self._wanting.add(key)  # its last URL in memory
         return taken
+
+    def _resume_on_this_clock(self, now: float, wall_now: float) -> None:
+        """What the last run kept as times of day, on this run's clock, at its first take.
+
+        The last run may also have sent any origin a request as it was killed, which
+        nothing recorded: each origin waits its delay from now, however fast the restart.
+        """
+        self.scheduler.hold_every_origin(now)
+        for key, wait_until in self._restored_waits.items():  # Retry-After
+            self.scheduler.hold_origin(key, not_before=now + max(0.0, wait_until - wall_now))
+        self._restored_waits.clear()
+        for key, at in self._restored_robots.items():
+            self.scheduler.robots_time(key, now - max(0.0, wall_now - at))
+        self._restored_robots.clear()
 
     def next_wakeup(self) -> float | None:
         return self.scheduler.next_wakeup()

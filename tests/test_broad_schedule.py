@@ -218,8 +218,18 @@ def test_with_a_worker_for_every_host_the_crawl_ends_at_the_delays_bound(
     assert run.end == pytest.approx(latency + pages * (delay + latency), abs=1e-6)
 
 
+@pytest.fixture
+def small_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state file's window scaled down: 60 URLs loaded 20 at a time, against 10 000
+    loaded 500 at a time (and the low water mark of 256, 10)."""
+    monkeypatch.setattr(_store_sqlite, "LOW_WATER", 10)
+    monkeypatch.setattr(_store_sqlite, "CHUNK", 20)
+    monkeypatch.setattr(_store_sqlite, "MAX_WINDOW", 60)
+
+
+@pytest.mark.usefixtures("small_window")
 def test_a_state_files_queue_larger_than_its_window_keeps_every_host_busy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """The state file's store keeps a window of its queue in memory (10 000 URLs at most,
     loaded 500 at a time): here 60, 20 at a time, against a first round of links of 200.
@@ -229,9 +239,6 @@ def test_a_state_files_queue_larger_than_its_window_keeps_every_host_busy(
     turn, so every host goes as soon as its delay allows, as in memory and on Redis (the
     test above). At 2 000 hosts x 10 pages (benchmarks/README.md) --state took 1.42 x
     the delays' bound before."""
-    monkeypatch.setattr(_store_sqlite, "LOW_WATER", 10)  # 256, 500 and 10 000, scaled down
-    monkeypatch.setattr(_store_sqlite, "CHUNK", 20)
-    monkeypatch.setattr(_store_sqlite, "MAX_WINDOW", 60)
     hosts, pages, latency, delay = 40, 6, 0.01, 1.0
     roots = [host_url(host) for host in range(hosts)]
     state, _ = make_core(
@@ -243,16 +250,12 @@ def test_a_state_files_queue_larger_than_its_window_keeps_every_host_busy(
     assert run.end == pytest.approx(latency + pages * (delay + latency), abs=1e-6)
 
 
-def test_a_resumed_state_file_reaches_the_hosts_beyond_its_window(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("small_window")
+def test_a_resumed_state_file_reaches_the_hosts_beyond_its_window(tmp_path: Path) -> None:
     """The same window, and a crawl stopped after its first round of pages and resumed:
     the file's queue holds every host's remaining pages, more than the window, and still
     every host goes as soon as the delay from the run's start allows (the last run may
     have just sent it a request), each page fetched once over the two runs."""
-    monkeypatch.setattr(_store_sqlite, "LOW_WATER", 10)
-    monkeypatch.setattr(_store_sqlite, "CHUNK", 20)
-    monkeypatch.setattr(_store_sqlite, "MAX_WINDOW", 60)
     hosts, pages, latency, delay = 40, 6, 0.01, 1.0
     roots = [host_url(host) for host in range(hosts)]
     options = {"state": str(tmp_path / "broad.db"), "delay": delay, "max_per_host": 1}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from trio.testing import MockClock
 
-from trio_crawler._cli import ENGINES
+from trio_crawler._cli import ENGINES, engine_class
 from trio_crawler._crawler import CrawlerBase
 
 # Real seconds of idleness before the virtual clock jumps to the next deadline. Not 0 (as
@@ -68,8 +68,7 @@ class Engine:
 @pytest.fixture(params=list(ENGINES))
 def engine(request: pytest.FixtureRequest) -> Engine:
     """Each engine in turn: a behaviour test taking this runs once per engine."""
-    crawler, backend = ENGINES[request.param]
-    return Engine(request.param, crawler, backend)
+    return Engine(request.param, engine_class(request.param), ENGINES[request.param][1])
 
 
 @pytest.fixture

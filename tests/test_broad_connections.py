@@ -24,6 +24,7 @@ import ssl
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -32,7 +33,7 @@ import trustme
 from trio.testing import MockClock
 
 from trio_crawler._cli import ENGINES
-from trio_crawler._clients import Client, TransportClient, choose_http_library, open_client
+from trio_crawler._clients import TransportClient, choose_http_library, open_client
 from trio_crawler._connections import (
     MAX_IDLE_CONNECTIONS,
     CrawlConnections,
@@ -54,6 +55,9 @@ from trio_crawler._options import ConfigError
 from conftest import AUTOJUMP_THRESHOLD, Engine
 from httpserver import Reply, open_test_server
 from support import HANG_LIMIT, by_url, crawl, page
+
+if TYPE_CHECKING:
+    from trio_crawler._clients import Client
 
 BOTH_BACKENDS = pytest.mark.parametrize("anyio_backend", ["trio", "asyncio"])
 NO_SUCH_NAME = "[Errno -2] Name or service not known"

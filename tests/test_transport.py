@@ -19,6 +19,7 @@ import gc
 import os
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -26,7 +27,6 @@ import pytest
 
 from trio_crawler._clients import (
     DEFAULT_USER_AGENT,
-    Client,
     TransportClient,
     choose_http_library,
     open_client,
@@ -39,6 +39,9 @@ from trio_crawler._transport import _Connection, choose_transport
 from hostile_server import RawRequest, open_hostile_server, page, send_and_close
 from httpserver import Reply, Request, open_test_server
 from support import HANG_LIMIT
+
+if TYPE_CHECKING:
+    from trio_crawler._clients import Client
 
 pytestmark = pytest.mark.anyio
 

@@ -38,9 +38,9 @@ import anyio
 from ._cli_args import (
     ENGINES,
     PROG,
-    AnyCrawler,
     CommandLine,
     UsageError,
+    engine_class,
     for_the_command_line,
     parse_args,
 )
@@ -54,16 +54,18 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
     from typing import TextIO
 
+    from ._cli_args import AnyCrawler
     from ._config import CrawlKeywords
     from ._progress import ProgressDisplay
 
-# main is the console entry point; ENGINES and parse_args are _cli_args', named here too
-# for code that reads them from the command's module.
+# main is the console entry point; ENGINES, engine_class and parse_args are _cli_args',
+# named here too for code that reads them from the command's module.
 __all__ = [
     "ENGINES",
     "HEAP_TOP_PAD",
     "HEAP_TRIM_THRESHOLD",
     "REPORT_CHUNK",
+    "engine_class",
     "main",
     "parse_args",
     "run",
@@ -296,7 +298,7 @@ class CrawlRun:
         return EXIT_OK
 
     def _make_crawler(self, roots: Sequence[str], keywords: CrawlKeywords) -> AnyCrawler:
-        crawler_class = ENGINES[self.options.engine][0]
+        crawler_class = engine_class(self.options.engine)
         outputs = self.outputs
         crawler = crawler_class(
             roots,

@@ -22,17 +22,15 @@ the clients made here carry no httpx timeouts of their own.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import http.cookiejar
 import importlib
 import os
 import ssl
+import sys
 import urllib.request
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
-
-import httpx
 
 from ._options import ConfigError
 from ._robots import PRODUCT_TOKEN
@@ -42,6 +40,8 @@ from ._version import __version__
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
     from types import ModuleType
+
+    import httpx
 
     from ._connections import CrawlConnections
     from ._transport import TLSContext
@@ -53,18 +53,30 @@ DEFAULT_USER_AGENT = f"{PRODUCT_TOKEN}/{__version__}"
 ACCEPT_ENCODING = "gzip, deflate"
 
 
-@functools.cache
-def installed_http_libraries() -> tuple[ModuleType, ...]:
-    """httpx, and httpx2 after it when it is installed: the libraries we can work with.
+# The libraries we can work with: httpx, the dependency, then httpx2, its maintained fork with
+# the same API (``pip install 'trio-crawler[httpx2]'``). The last one installed is the default.
+HTTP_LIBRARIES = ("httpx", "httpx2")
 
-    httpx is the dependency; httpx2 is its maintained fork with the same API (``pip install
-    'trio-crawler[httpx2]'``). Looked for once, on first use, not when this module is
-    imported, so that importing the crawler never tries an import it does not need.
-    """
-    installed = [httpx]
-    with contextlib.suppress(ImportError):
-        installed.append(importlib.import_module("httpx2"))
-    return tuple(installed)
+
+@functools.cache
+def _imported(name: str) -> ModuleType | None:
+    """The library ``name`` imported, or None if it is not installed. Each is imported on
+    first use, never when this module is: a crawl on httpx2 spends no start-up on httpx."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def installed_http_libraries() -> tuple[ModuleType, ...]:
+    """The libraries of :data:`HTTP_LIBRARIES` that are installed, in its order."""
+    return tuple(library for name in HTTP_LIBRARIES if (library := _imported(name)) is not None)
+
+
+def imported_http_libraries() -> tuple[ModuleType, ...]:
+    """The libraries of :data:`HTTP_LIBRARIES` imported so far, by the crawler or its caller:
+    those whose clients and errors a crawl can meet."""
+    return tuple(sys.modules[name] for name in HTTP_LIBRARIES if name in sys.modules)
 
 
 def choose_http_library(environ: Mapping[str, str] = os.environ) -> ModuleType:
@@ -73,19 +85,17 @@ def choose_http_library(environ: Mapping[str, str] = os.environ) -> ModuleType:
     ``TRIO_CRAWLER_HTTP`` in ``environ`` names it (``httpx`` or ``httpx2``); unset or empty,
     httpx2 is used when installed, else httpx. Called where a crawler that makes its own
     clients is made, and by the command line before it starts, so that a wrong name is
-    one line saying so, not a traceback from deep inside a crawl.
+    one line saying so, not a traceback from deep inside a crawl. Only the library chosen
+    is imported.
 
     Raises:
         ConfigError: If ``TRIO_CRAWLER_HTTP`` names no installed library.
     """
-    installed = installed_http_libraries()
     wanted = environ.get("TRIO_CRAWLER_HTTP")
-    if not wanted:
-        return installed[-1]
-    for library in installed:
-        if library.__name__ == wanted:
+    for name in reversed(HTTP_LIBRARIES):
+        if (not wanted or wanted == name) and (library := _imported(name)) is not None:
             return library
-    names = ", ".join(library.__name__ for library in installed)
+    names = ", ".join(library.__name__ for library in installed_http_libraries())
     raise ConfigError(
         "TRIO_CRAWLER_HTTP", f"must name an installed library ({names}), not {wanted!r}"
     )
@@ -263,8 +273,10 @@ class TransportClient:
         await self.aclose()
 
 
-Client = httpx.AsyncClient | TransportClient
-"""What a worker sends with: a caller's or a stock ``AsyncClient``, or a TransportClient."""
+if TYPE_CHECKING:
+    # What a worker sends with: a caller's or a stock ``AsyncClient``, or a TransportClient.
+    # A name for annotations only, so that importing this module does not import httpx.
+    Client = httpx.AsyncClient | TransportClient
 
 
 # Where _set_location_aside puts a response's Location header and its raw header lines, and

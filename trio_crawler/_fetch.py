@@ -62,7 +62,7 @@ from ._clients import (
     choose_http_library,
     default_ssl_context,
     environment_names_a_proxy,
-    installed_http_libraries,
+    imported_http_libraries,
     open_client,
 )
 from ._config import DEFAULT_MAX_SIZE
@@ -73,6 +73,7 @@ from ._sitemaps import MAX_SITEMAP_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from types import ModuleType
 
     import httpx
 
@@ -85,14 +86,15 @@ ROBOTS_MAX_SIZE = 500 * 1024
 
 
 @functools.cache
-def _retryable_errors() -> tuple[type[Exception], ...]:
-    """The exceptions another attempt may not meet, of every installed library.
+def _retryable_errors(libraries: tuple[ModuleType, ...]) -> tuple[type[Exception], ...]:
+    """The exceptions another attempt may not meet, of every library in ``libraries``.
 
-    Every library's, not only the chosen one's: a caller's own ``client=`` may be either.
+    Given every imported library (:func:`imported_http_libraries`), not only the chosen
+    one: a caller's own ``client=`` may be either, and one not imported raises nothing.
     """
     return tuple(
         error
-        for library in installed_http_libraries()
+        for library in libraries
         for error in (
             library.TimeoutException,
             library.NetworkError,
@@ -103,15 +105,11 @@ def _retryable_errors() -> tuple[type[Exception], ...]:
 
 
 @functools.cache
-def _not_retryable_errors() -> tuple[type[Exception], ...]:
+def _not_retryable_errors(libraries: tuple[ModuleType, ...]) -> tuple[type[Exception], ...]:
     """The exceptions another attempt would meet again (checked after the retryable ones,
     of which some are subclasses of these)."""
     return (
-        *(
-            error
-            for library in installed_http_libraries()
-            for error in (library.HTTPError, library.InvalidURL)
-        ),
+        *(error for library in libraries for error in (library.HTTPError, library.InvalidURL)),
         ResponseTooLarge,
         DecodingError,
     )
@@ -187,9 +185,9 @@ async def fetch(
                 headers=response.headers,
                 exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
             )
-    except _retryable_errors() as exc:
+    except _retryable_errors(imported_http_libraries()) as exc:
         error, retryable = describe_exception(exc), True
-    except _not_retryable_errors() as exc:
+    except _not_retryable_errors(imported_http_libraries()) as exc:
         error, retryable = describe_exception(exc), False
     # A failure another try cannot fix keeps the status the server answered with (a body
     # too large is still a 200); a retryable one has no status, as the contract says.

@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import sys
 import tempfile
@@ -39,14 +38,7 @@ from benchmarks.measure import (
     run_measured,
     snapshot_package,
 )
-
-
-def refused_url() -> str:
-    """A URL on 127.0.0.1 where nothing listens: the port was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/"
+from benchmarks.nginx import free_port
 
 
 def start_up_cpu(python: str, path: Path, url: str, work: Path) -> float:
@@ -75,7 +67,7 @@ def main() -> None:
         packages = {"this package": ours}
         if args.vs is not None:
             packages["--vs"] = compiled(args.vs)
-        url = refused_url()
+        url = f"http://127.0.0.1:{free_port()}/"  # nothing listens there
         cpu: dict[str, list[float]] = {name: [] for name in packages}
         for _ in range(args.rounds):
             for name, path in packages.items():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import os
 import resource
@@ -40,6 +41,7 @@ from trio_crawler._connections import (
     IdleConnections,
     default_idle_limit,
     idle_limit_from_environment,
+    open_connection,
 )
 from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import fetch
@@ -474,6 +476,91 @@ async def test_a_cancelled_lookup_leaves_the_name_to_whoever_waited(
     assert answers == [(), ("127.0.0.1",)]
     assert resolver.asked == {"slow.test": 2}
     assert lookups.statistics().cached == 1
+
+
+# Connecting to the addresses a lookup gave.
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@contextlib.contextmanager
+def listener_on(address: str = "127.0.0.1", backlog: int = 16) -> Iterator[socket.socket]:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family) as listener:
+        listener.bind((address, 0))
+        listener.listen(backlog)
+        yield listener
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_a_refused_connection_says_so_with_the_address(anyio_backend: str) -> None:
+    with listener_on() as listener:
+        port = listener.getsockname()[1]
+    before = open_descriptors()
+    with pytest.raises(ConnectionRefusedError) as raised:
+        await open_connection(["127.0.0.1"], port)
+    assert raised.value.errno == errno.ECONNREFUSED
+    if anyio_backend == "trio":  # connected by the crawler itself, worded as Trio words it
+        assert str(raised.value) == (
+            f"[Errno 111] Error connecting to ('127.0.0.1', {port}): Connection refused"
+        )
+    assert str(raised.value).startswith("[Errno 111] ")
+    assert open_descriptors() == before
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_the_next_address_is_tried_as_soon_as_one_refuses() -> None:
+    # A listener bound to 127.0.0.1 does not answer on 127.0.0.2: that one refuses.
+    with listener_on() as listener, anyio.fail_after(HANG_LIMIT):
+        port = listener.getsockname()[1]
+        stream = await open_connection(["127.0.0.2", "127.0.0.1"], port)
+        async with stream:
+            assert stream.extra(anyio.abc.SocketAttribute.remote_address) == ("127.0.0.1", port)
+            accepted, _ = listener.accept()
+            accepted.close()
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_a_connection_cancelled_before_the_server_answers_leaves_no_socket() -> None:
+    # A listener with a full accept queue drops the next SYN: a connect to it waits.
+    with listener_on(backlog=0) as listener:
+        port = listener.getsockname()[1]
+        fillers = []
+        try:
+            for _ in range(2):
+                filler = socket.socket()
+                filler.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+                fillers.append(filler)
+            before = open_descriptors()
+            with anyio.move_on_after(0.2) as waited:
+                await open_connection(["127.0.0.1"], port)
+            assert waited.cancelled_caught
+            assert open_descriptors() == before
+        finally:
+            for filler in fillers:
+                filler.close()
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_an_ipv6_address_is_connected_to() -> None:
+    with contextlib.ExitStack() as stack:
+        try:
+            listener = stack.enter_context(listener_on("::1"))
+        except OSError as exc:
+            pytest.skip(f"no IPv6 loopback here: {exc}")
+        port = listener.getsockname()[1]
+        with anyio.fail_after(HANG_LIMIT):
+            async with await open_connection(["::1"], port) as stream:
+                remote = stream.extra(anyio.abc.SocketAttribute.remote_address)
+                assert remote[:2] == ("::1", port)
 
 
 # The lookup cache on a crawl, and TLS to a name.

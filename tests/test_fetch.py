@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import gzip
+import sys
 import time
 from types import ModuleType, SimpleNamespace
 
@@ -24,6 +25,7 @@ from trio_crawler._clients import (
     ACCEPT_ENCODING,
     DEFAULT_USER_AGENT,
     choose_http_library,
+    imported_http_libraries,
     installed_http_libraries,
     open_client,
 )
@@ -83,6 +85,18 @@ def test_the_default_library_is_the_last_installed_and_the_setting_picks_one() -
     assert choose_http_library({"TRIO_CRAWLER_HTTP": ""}) is installed[-1]
     for library in installed:
         assert choose_http_library({"TRIO_CRAWLER_HTTP": library.__name__}) is library
+
+
+def test_the_errors_mapped_are_those_of_the_libraries_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A library not imported has no client to raise its errors; a name a program blocked
+    (``sys.modules[name] = None``) is not a library."""
+    assert httpx in imported_http_libraries()
+    monkeypatch.delitem(sys.modules, "httpx2", raising=False)
+    assert imported_http_libraries() == (httpx,)
+    monkeypatch.setitem(sys.modules, "httpx2", None)
+    assert imported_http_libraries() == (httpx,)
 
 
 def test_a_library_not_installed_is_a_config_error_naming_the_installed_ones() -> None:

@@ -75,8 +75,11 @@ def installed_http_libraries() -> tuple[ModuleType, ...]:
 
 def imported_http_libraries() -> tuple[ModuleType, ...]:
     """The libraries of :data:`HTTP_LIBRARIES` imported so far, by the crawler or its caller:
-    those whose clients and errors a crawl can meet."""
-    return tuple(sys.modules[name] for name in HTTP_LIBRARIES if name in sys.modules)
+    those whose clients and errors a crawl can meet. (A name ``sys.modules`` maps to None is
+    one a program blocked from being imported.)"""
+    return tuple(
+        library for name in HTTP_LIBRARIES if (library := sys.modules.get(name)) is not None
+    )
 
 
 def choose_http_library(environ: Mapping[str, str] = os.environ) -> ModuleType:

@@ -56,7 +56,7 @@ from trio_crawler._options import ConfigError
 
 from conftest import AUTOJUMP_THRESHOLD, Engine
 from httpserver import Reply, open_test_server
-from support import HANG_LIMIT, by_url, crawl, page
+from support import HANG_LIMIT, by_url, crawl, open_descriptors, page
 
 if TYPE_CHECKING:
     from trio_crawler._clients import Client
@@ -479,10 +479,6 @@ async def test_a_cancelled_lookup_leaves_the_name_to_whoever_waited(
 
 
 # Connecting to the addresses a lookup gave.
-
-
-def open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 @contextlib.contextmanager

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import socket
 import struct
 import sys
@@ -66,7 +65,7 @@ from trio_crawler import FetchStatistic
 
 from conftest import Engine
 from httpserver import DropConnection, Reply, Request, TestServer
-from support import HANG_LIMIT
+from support import HANG_LIMIT, open_descriptors
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_time]
 
@@ -89,12 +88,6 @@ TRACED = (1000, 1250, 1500)  # the samples between which tracemalloc is on
 # A leaked socket, client, response or traceback costs tens of blocks and kilobytes.
 MAX_BLOCKS_PER_RECORD = 8
 MAX_BYTES_PER_RECORD = 2048
-
-
-def open_descriptors() -> int:
-    """How many file descriptors this process has open (Linux), after a collection."""
-    gc.collect()  # sockets reachable only through reference cycles are closed here
-    return len(os.listdir("/proc/self/fd"))
 
 
 @contextmanager

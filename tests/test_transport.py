@@ -15,7 +15,6 @@ other and more rounds.
 from __future__ import annotations
 
 import base64
-import gc
 import os
 import random
 from pathlib import Path
@@ -38,7 +37,7 @@ from trio_crawler._transport import _Connection, choose_transport
 
 from hostile_server import RawRequest, open_hostile_server, page, send_and_close
 from httpserver import Reply, Request, open_test_server
-from support import HANG_LIMIT
+from support import HANG_LIMIT, open_descriptors
 
 if TYPE_CHECKING:
     from trio_crawler._clients import Client
@@ -56,13 +55,6 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 def lean_client() -> Client:
     return open_client(library=choose_http_library(), max_connections=1, transport="lean")
-
-
-def open_descriptors() -> int:
-    """How many file descriptors this process has open, after a collection: a socket an
-    earlier test left to a reference cycle is closed here, not in the middle of a count."""
-    gc.collect()
-    return len(os.listdir("/proc/self/fd"))
 
 
 async def test_one_connection_carries_every_request_to_an_origin() -> None:

@@ -379,16 +379,13 @@ async def connect_address(address: str, port: int) -> anyio.abc.SocketStream:
             failure = exc.errno
         else:
             failure = 0
-        if failure:
-            raise OSError(failure, _connect_error(address, port, os.strerror(failure)))
+        if failure:  # worded as Trio words it
+            words = os.strerror(failure)
+            raise OSError(failure, f"Error connecting to {(address, port)!r}: {words}")
         return await anyio.abc.SocketStream.from_socket(sock)
     except BaseException:
         sock.close()
         raise
-
-
-def _connect_error(address: str, port: int, reason: str) -> str:
-    return f"Error connecting to {(address, port)!r}: {reason}"
 
 
 def _on_trio() -> bool:

@@ -53,6 +53,7 @@ from trio_crawler._lookups import (
 )
 from trio_crawler._lru import LRU
 from trio_crawler._options import ConfigError
+from trio_crawler._transport import _keep_alive_timeout
 
 from conftest import AUTOJUMP_THRESHOLD, Engine
 from httpserver import Reply, open_test_server
@@ -254,6 +255,113 @@ async def test_a_worker_takes_the_connection_another_worker_left() -> None:
             for client in (third, third, second):
                 assert isinstance(await fetch(client, server.url()), Response)
     assert server.connections == 2
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_a_request_lost_on_a_reused_connection_is_tried_again_on_a_new_one() -> None:
+    """A server that closes an idle connection as the next request arrives (its keep-alive
+    timeout ran out, or it closes after each response without saying so) loses that
+    request before any byte of an answer. It is a failed attempt, as any other: the server
+    saw it, so it is not sent again behind the caller's back. But its next try goes on a new
+    connection, and the origin's other idle connections, kept by the same rule from the
+    same server, are closed with the lost one."""
+    shared = CrawlConnections(idle_limit=None)
+    async with (
+        open_test_server({"/": Reply.html("ok"), "/other": Reply.html("ok")}) as server,
+        lean_client(shared) as first,
+        lean_client(shared) as second,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            async with (
+                first.stream("GET", server.url()) as one,
+                second.stream("GET", server.url()) as two,
+            ):
+                assert (await one.aread(), await two.aread()) == (b"ok", b"ok")
+            assert (server.connections, shared.statistics().idle) == (2, 2)
+            server.drop_first("/", 1)  # read, then hung up on, unanswered
+            lost = await fetch(first, server.url())
+            assert isinstance(lost, FetchError), lost
+            assert (shared.statistics().idle_lost, shared.statistics().idle) == (1, 0)
+            assert isinstance(await fetch(second, server.url("/other")), Response)
+            assert (server.connections, shared.statistics().idle) == (3, 1)
+            again = await fetch(first, server.url())
+            assert isinstance(again, Response), again
+            assert server.connections == 4  # the try after the loss, on a new connection
+            # A loss changes that one retry: the next request reuses as before.
+            assert isinstance(await fetch(second, server.url()), Response)
+            assert (server.connections, shared.statistics().idle_reused) == (4, 2)
+    assert server.hits["/"] == 5  # two at once, the lost one, its retry, the last: no resend
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_a_request_hung_up_on_over_a_new_connection_is_no_loss_to_the_pool() -> None:
+    shared = CrawlConnections(idle_limit=None)
+    async with (
+        open_test_server({"/": Reply.html("ok")}, host="127.0.0.2") as server,
+        lean_client(shared) as client,
+    ):
+        server.drop_first("/", 1)
+        with anyio.fail_after(HANG_LIMIT):
+            assert isinstance(await fetch(client, server.url()), FetchError)
+            assert isinstance(await fetch(client, server.url()), Response)
+            assert isinstance(await fetch(client, server.url()), Response)
+    assert shared.statistics().idle_lost == 0
+    assert server.connections == 2  # the one hung up on, then one reused
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=AUTOJUMP_THRESHOLD)})]
+)
+async def test_a_connection_is_not_reused_past_the_idle_time_its_server_announced() -> None:
+    """Apache and Node.js say how long they keep an idle connection (``Keep-Alive:
+    timeout=5``): a request sent near that moment would meet the server's close, so the
+    connection is given up a second before it, and one announced for a second or less is
+    not kept at all."""
+    shared = CrawlConnections(idle_limit=None)
+
+    def announcing(seconds: str) -> Reply:
+        return Reply(headers=(("keep-alive", f"timeout={seconds}, max=100"),), body=b"ok")
+
+    routes = {"/3": announcing("3"), "/1": announcing("1"), "/plain": Reply.html("ok")}
+    async with (
+        open_test_server(routes, host="127.0.0.2") as server,
+        lean_client(shared) as client,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            for path, idle, connections in [
+                ("/3", 0, 1),
+                ("/3", 1.9, 1),  # within 3 s less the margin: reused
+                ("/3", 2.1, 2),  # past it: a new connection
+                ("/plain", 0, 2),
+                ("/plain", 2.5, 2),  # the last answer announced nothing: no limit now
+                ("/1", 0, 2),
+                ("/plain", 0, 3),  # "/1"'s connection was closed at once
+                ("/plain", 100, 3),  # no announcement: kept for as long as it is open
+            ]:
+                await anyio.sleep(idle)
+                assert isinstance(await fetch(client, server.url(path)), Response)
+                assert server.connections == connections, (path, idle)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (b"timeout=5, max=100", 5.0),
+        (b"max=100,timeout=7", 7.0),
+        (b"Timeout = 3", 3.0),
+        (b"timeout=-1", None),
+        (b"timeout=soon", None),
+        (b"max=100", None),
+        (b"", None),
+    ],
+)
+def test_the_keep_alive_header_is_read_leniently(value: bytes, seconds: float | None) -> None:
+    headers = [(b"content-type", b"text/html"), (b"keep-alive", value)]
+    assert _keep_alive_timeout(headers) == seconds
+    assert _keep_alive_timeout(headers[:1]) is None
 
 
 @contextlib.contextmanager

@@ -177,6 +177,39 @@ async def test_network_failures_are_retried_then_recorded(engine: Engine) -> Non
     assert_rest_of_crawl_fine(crawler, server)
 
 
+async def test_a_server_that_hangs_up_on_every_second_request_loses_no_page(
+    engine: Engine,
+) -> None:
+    """A server that answers one request per connection without saying ``Connection:
+    close``, then reads the next one and hangs up: each connection the crawler keeps idle
+    and reuses loses its request before any byte of an answer. That is a failed attempt
+    (the server saw it), and its retry goes on a new connection, so two tries always
+    suffice; with the retry free to take another idle connection, it could meet the same
+    end and the page would be lost."""
+    answered: set[anyio.abc.SocketStream] = set()
+
+    def once_per_connection(behaviour: Behaviour) -> Behaviour:
+        async def answer_once(stream: anyio.abc.SocketStream, request: RawRequest) -> bool:
+            if stream in answered:
+                return False  # hang up, unanswered
+            answered.add(stream)
+            return await behaviour(stream, request)
+
+        return answer_once
+
+    pages = [f"/p{number}" for number in range(10)]
+    routes = {"/": page(*pages), **{path: page() for path in pages}}
+    async with open_hostile_server(
+        {path: once_per_connection(behaviour) for path, behaviour in routes.items()}
+    ) as server:
+        crawler = await crawl(engine, server.url(), max_tasks=3)
+    records = by_url(crawler)
+    assert {path: records[server.url(path)].status for path in routes} == dict.fromkeys(routes, 200)
+    assert max(server.hits.values()) <= 2  # no page asked for more than its two tries
+    assert sum(server.hits.values()) > len(routes)  # connections were reused, and lost
+    assert crawler.finish_reason == "finished"
+
+
 # Servers that keep the connection busy but never finish a response: only the timeout of
 # the whole attempt ends them, since each drip would reset a per-read timeout. (A server
 # that never answers at all is test_engines.py's test_per_attempt_timeout_...)

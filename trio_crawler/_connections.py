@@ -35,6 +35,17 @@ it was idle no task is blocked reading or writing it. A forceful, shielded close
 transport's ``_close``) sends nothing and waits for nothing, which is what makes closing
 a stream that another task opened safe on Trio and on asyncio alike.
 
+Races. A server may close an idle connection at any moment: when its keep-alive timeout
+runs out, or right after a response that did not say ``Connection: close``. The transport
+checks a connection before reusing it, but a close on its way cannot be seen, and a request
+sent into it is lost before any byte of an answer. HTTP lets a client send such a request
+again (RFC 9112, section 9.3.1), and browsers do so at once, unseen. A crawler does not:
+the loss is a failed attempt like any other, counted in ``--max-tries``, logged, and tried
+again after the usual pause, so that a server never sees more requests than the crawler
+says it made. What the pool adds (:meth:`~IdleConnections.lose`) is that the lost request
+goes on a new connection when it is tried again, and that the origin's other idle
+connections, likely closed too, are dropped; a retry cannot meet the same race.
+
 :class:`CrawlConnections` is the one object of a crawl that every transport it builds is
 given: the idle cap and the host-name cache (:class:`~trio_crawler._lookups.HostLookups`),
 with :meth:`~CrawlConnections.statistics` to read what they did. :func:`open_connection`
@@ -95,6 +106,11 @@ MAX_IDLE_CONNECTIONS = 8192
 # Without a limit to read (Windows, whose sockets are not file descriptors), a cap that
 # still lets a crawl of a few hundred workers keep a connection each.
 UNKNOWN_LIMIT_IDLE_CONNECTIONS = 512
+
+# How many requests lost on a reused connection (IdleConnections.lose) are remembered, to
+# go on a new connection when tried again. A retry comes within seconds of its loss, and
+# losses are rare (a server's close racing the next request): this many is ample.
+FRESH_REQUESTS_REMEMBERED = 1024
 
 # RFC 8305 section 5's recommended Connection Attempt Delay, and anyio.connect_tcp's
 # happy_eyeballs_delay: how long one address may take to connect before the next is tried.
@@ -165,6 +181,11 @@ class IdleConnections(Generic[C]):
         self._by_owner: dict[Hashable, dict[C, None]] = {}
         self.closed = 0  # idle connections the cap has evicted
         self.reused = 0  # requests that took an idle connection
+        self.lost = 0  # requests lost on an idle connection the server had closed
+        # The requests to send on a new connection, not an idle one: each was lost on a
+        # reused connection (see lose()). Bounded: a request never tried again stays here
+        # until newer ones push it out.
+        self._fresh: LRU[tuple[Hashable, Hashable], bool] = LRU(FRESH_REQUESTS_REMEMBERED)
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -185,9 +206,12 @@ class IdleConnections(Generic[C]):
         self.closed += len(evicted)
         return [old for old, _ in evicted]
 
-    def take(self, key: Hashable) -> C | None:
+    def take(self, key: Hashable, request: Hashable = None) -> C | None:
         """Take the origin's most recently kept idle connection out, for a request to use;
-        or None."""
+        or None: there is none, or ``request`` (the request's target, say) was lost on a
+        reused connection before (:meth:`lose`), and goes on a new one this time."""
+        if self._fresh and self._fresh.pop((key, request)):
+            return None
         pool = self._by_origin.get(key)
         if not pool:
             return None
@@ -197,6 +221,28 @@ class IdleConnections(Generic[C]):
         self._forget(connection, *entry)
         self.reused += 1
         return connection
+
+    def lose(self, key: Hashable, request: Hashable = None) -> list[C]:
+        """``request`` was lost on a connection to ``key`` taken from this pool: the server
+        had closed it (or closed it as the request arrived) before sending a byte back.
+
+        The request is marked to go on a new connection when it is tried again, so that a
+        retry cannot meet the same race; and the origin's other idle connections are taken
+        out too, since they were kept by the same rule from the same server, and a server
+        that restarted, or that closes idle connections sooner than it says, has closed
+        them as well.
+
+        Returns:
+            The origin's other idle connections, taken out: the caller closes them.
+        """
+        self.lost += 1
+        self._fresh.put((key, request), True)
+        connections = list(self._by_origin.get(key, ()))
+        for connection in connections:
+            entry = self._lru.pop(connection)
+            assert entry is not None, "an idle connection is in the pool and in the LRU"
+            self._forget(connection, *entry)
+        return connections
 
     def drop(self, owner: Hashable) -> list[C]:
         """Take out every idle connection ``owner`` kept (that transport is closing): the
@@ -231,6 +277,8 @@ class ConnectionStatistics:
         idle_limit: The cap on them (None: no cap).
         idle_closed: Idle connections closed to stay within the cap.
         idle_reused: Requests that took an idle connection rather than opening one.
+        idle_lost: Requests lost on an idle connection the server had closed, before any
+            byte of an answer (each is tried again on a new connection).
         lookups: Host names handed to the resolver.
         lookup_hits: New connections whose addresses came from the cache (or from a
             lookup already under way).
@@ -242,6 +290,7 @@ class ConnectionStatistics:
     idle_limit: int | None
     idle_closed: int
     idle_reused: int
+    idle_lost: int
     lookups: int
     lookup_hits: int
     lookup_failures: int
@@ -280,6 +329,7 @@ class CrawlConnections:
             idle_limit=self.idle.limit,
             idle_closed=self.idle.closed,
             idle_reused=self.idle.reused,
+            idle_lost=self.idle.lost,
             lookups=lookups.lookups,
             lookup_hits=lookups.hits,
             lookup_failures=lookups.failures,

@@ -36,7 +36,11 @@ point closes the connection it interrupted.
 Errors are raised as the HTTP library's own exceptions (``ConnectError``, ``ReadError``,
 ``WriteError``, ``RemoteProtocolError``, ``LocalProtocolError``), so ``_fetch`` classifies
 them exactly as it does httpcore's. An idle connection is checked before it is reused, as
-httpcore checks: one the server closed meanwhile has become readable, and is dropped.
+httpcore checks: one the server closed meanwhile has become readable, and is dropped; so is
+one idle for nearly as long as its server announced it would wait (``Keep-Alive:
+timeout=N``). A request lost on a reused connection before any byte of an answer (the
+server's close was on its way) is a failed attempt as any other, never sent again here;
+the pool sends its retry on a new connection (``IdleConnections.lose``).
 
 ``TRIO_CRAWLER_TRANSPORT=httpx`` chooses httpx's own transport instead, to compare the
 two or to rule this one out.
@@ -61,7 +65,7 @@ from ._options import ConfigError
 
 if TYPE_CHECKING:
     import socket
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterable
     from types import ModuleType
     from typing import TypeAlias
 
@@ -73,6 +77,11 @@ if TYPE_CHECKING:
 TRANSPORT_VARIABLE = "TRIO_CRAWLER_TRANSPORT"
 TRANSPORTS = ("lean", "httpx")
 READ_SIZE = 65536
+# An idle connection whose server announced ``Keep-Alive: timeout=N`` (Apache and Node.js
+# send 5 by default) is not reused once it has been idle N less this many seconds: the
+# server's clock started before ours (when it sent the end of the response), and the next
+# request takes a while to reach it. A delay close to N would otherwise meet each close.
+KEEP_ALIVE_MARGIN = 1.0
 DEFAULT_PORTS = {b"http": 80, b"https": 443, "http": 80, "https": 443}
 
 
@@ -98,13 +107,20 @@ def made_context(context: TLSContext) -> ssl.SSLContext:
 class _Connection:
     """One HTTP/1.1 connection: a byte stream and the h11 state machine over it."""
 
-    __slots__ = ("h11", "socket", "stream")
+    __slots__ = ("answered", "h11", "idle_until", "keep_for", "socket", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT)
         # Looked up once: a stream's extra() builds its table of attributes at each call.
         self.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        # Whether any byte came back since the last request was sent: a request on a
+        # reused connection that fails before one did was lost to the server's close.
+        self.answered = False
+        # The idle time the server's last response announced (Keep-Alive: timeout=N), and
+        # when, on the event loop's clock, this connection stops being worth reusing.
+        self.keep_for: float | None = None
+        self.idle_until: float | None = None
 
     async def send(self, event: h11.Event) -> None:
         data = self.h11.send(event)
@@ -120,6 +136,8 @@ class _Connection:
                 data = await self.stream.receive(READ_SIZE)
             except anyio.EndOfStream:
                 data = b""
+            else:
+                self.answered = True
             self.h11.receive_data(data)
 
     @property
@@ -201,6 +219,14 @@ def lean_transport_class(
             )
 
         async def _keep(self, key: tuple[Any, ...], connection: _Connection) -> None:
+            keep_for = connection.keep_for
+            if keep_for is None:
+                connection.idle_until = None
+            elif keep_for <= KEEP_ALIVE_MARGIN:
+                await _close(connection)  # its server will close it before it is used
+                return
+            else:
+                connection.idle_until = anyio.current_time() + keep_for - KEEP_ALIVE_MARGIN
             for evicted in self._shared.idle.keep(self, key, connection):
                 await _close(evicted)  # the crawl's least recently used idle connection
 
@@ -217,13 +243,20 @@ def lean_transport_class(
             target = url.raw_path
             headers = list(request.headers.raw)
             body = request.read() if request.method not in ("GET", "HEAD") else b""
-            connection = self._shared.idle.take(key)
-            if connection is not None and not _alive(connection):
-                await _close(connection)  # the server let it go while it was idle
+            connection = self._shared.idle.take(key, target)
+            if connection is not None and not _reusable(connection):
+                await _close(connection)  # the server let it go, or is about to
                 connection = None
             if connection is None:
                 connection = await self._connect(scheme, host, port)
-            return await self._exchange(connection, key, request.method, target, headers, body)
+                return await self._exchange(connection, key, request.method, target, headers, body)
+            try:
+                return await self._exchange(connection, key, request.method, target, headers, body)
+            except (library.WriteError, library.ReadError, library.RemoteProtocolError):
+                if not connection.answered:  # lost to the server's close: see _connections
+                    for stale in self._shared.idle.lose(key, target):
+                        await _close(stale)
+                raise
 
         async def _connect(self, scheme: str, host: str, port: int) -> _Connection:
             """Look ``host`` up (through the crawl's cache), connect to its addresses,
@@ -265,6 +298,7 @@ def lean_transport_class(
         ) -> httpx.Response:
             """Send the request and read the response's head; any failure or cancellation
             closes the connection."""
+            connection.answered = False
             try:
                 try:
                     await connection.send(
@@ -291,6 +325,7 @@ def lean_transport_class(
             except BaseException:
                 await _close(connection)
                 raise
+            connection.keep_for = _keep_alive_timeout(event.headers)
             response: httpx.Response = library.Response(
                 status_code=event.status_code,
                 headers=event.headers,
@@ -307,6 +342,32 @@ def lean_transport_class(
                 await _close(connection)
 
     return LeanTransport
+
+
+def _reusable(connection: _Connection) -> bool:
+    """Whether an idle connection may carry the next request: still open, as far as can
+    be seen, and not idle longer than its server said it would wait."""
+    idle_until = connection.idle_until
+    if idle_until is not None and anyio.current_time() >= idle_until:
+        return False
+    return _alive(connection)
+
+
+def _keep_alive_timeout(headers: Iterable[tuple[bytes, bytes]]) -> float | None:
+    """The ``timeout`` of a ``Keep-Alive`` header (``timeout=5, max=100``), in seconds.
+
+    The header is HTTP/1.0's, never standardised, and still sent by Apache and Node.js to
+    say how long they keep an idle connection open; anything that does not parse is
+    ignored, as if the header were absent.
+    """
+    for name, value in headers:
+        if name == b"keep-alive":
+            for parameter in value.split(b","):
+                word, _, number = parameter.partition(b"=")
+                number = number.strip()
+                if word.strip().lower() == b"timeout" and number.isdigit():
+                    return float(number)
+    return None
 
 
 def _alive(connection: _Connection) -> bool:

@@ -607,7 +607,7 @@ async def test_a_refused_connection_says_so_with_the_address(anyio_backend: str)
     with pytest.raises(ConnectionRefusedError) as raised:
         await open_connection(["127.0.0.1"], port)
     assert raised.value.errno == errno.ECONNREFUSED
-    if anyio_backend == "trio":  # Trio says which address refused
+    if anyio_backend == "trio":  # connected by the crawler itself, worded as Trio words it
         assert str(raised.value) == (
             f"[Errno 111] Error connecting to ('127.0.0.1', {port}): Connection refused"
         )

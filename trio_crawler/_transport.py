@@ -247,13 +247,13 @@ def lean_transport_class(
             if connection is not None and not _reusable(connection):
                 await _close(connection)  # the server let it go, or is about to
                 connection = None
+            reused = connection is not None
             if connection is None:
                 connection = await self._connect(scheme, host, port)
-                return await self._exchange(connection, key, request.method, target, headers, body)
             try:
                 return await self._exchange(connection, key, request.method, target, headers, body)
             except (library.WriteError, library.ReadError, library.RemoteProtocolError):
-                if not connection.answered:  # lost to the server's close: see _connections
+                if reused and not connection.answered:  # lost to the server's close
                     for stale in self._shared.idle.lose(key, target):
                         await _close(stale)
                 raise

@@ -199,7 +199,13 @@ async def test_a_process_at_the_delays_pace_sends_several_pages_a_call(
     alone. While a process holds hosts leased ahead, a call waits longer for company (up
     to a tenth of the delay, at most LINGER): here, 8 hosts whose pages end 10 ms apart
     made about 35 calls against 80 without it (fewer than 3 in 5 is asked). The end of
-    the crawl is not held back: once no host is leased ahead, a call goes at once."""
+    the crawl is not held back: once no host is leased ahead, a call goes at once.
+
+    On the real clock (the asyncio engines) a loaded machine merges calls without the
+    linger too: pages end late and join a call already going. With four busy loops on
+    the two CPUs, the crawl without it made 55-87 calls and with it 26-40, so there the
+    ratio is no steady measure, and the bound is per page: fewer than 1.5 calls a page
+    (a page alone needs two, its links and then its done), and fewer than without."""
     import coredis
 
     hosts, pages, spacing = 8, 4, 0.01
@@ -246,9 +252,12 @@ async def test_a_process_at_the_delays_pace_sends_several_pages_a_call(
     with monkeypatch.context() as patch:
         patch.setattr(_store_redis, "LINGER", 0.0)
         _, alone = await crawl_and_count("alone")
-    assert 5 * calls < 3 * alone, (calls, alone)
     if engine.virtual_time:
+        assert 5 * calls < 3 * alone, (calls, alone)
         assert crawler.elapsed < pages * delay + hosts * spacing + 0.02, crawler.elapsed
+    else:
+        assert 2 * calls < 3 * hosts * pages, (calls, alone)
+        assert calls < alone, (calls, alone)
 
 
 class _Held:

@@ -291,6 +291,12 @@ class BroadMetrics:
         median_page_gap: The median gap between two page requests to one host (None if
             no host had two), and ``p90_page_gap`` its 90th percentile (nearest rank): how
             far past the delay a host's next page goes, on average and at worst.
+        last_round_spread: From the first to the last start of the hosts' n-th requests,
+            n the fewest requests any of the site's hosts had (0.0 if none had one): how
+            far apart the hosts drifted by the end. Each host's next request goes a delay
+            after its last, so a host that was served late in one round stays late; in one
+            process the rounds spread until one round's work fits its CPU, about H x its
+            CPU per request, and that spread is part of the wall time.
     """
 
     pages: int
@@ -308,6 +314,7 @@ class BroadMetrics:
     last_host_start: float = 0.0
     median_page_gap: float | None = None
     p90_page_gap: float | None = None
+    last_round_spread: float = 0.0
 
 
 def measure(
@@ -370,7 +377,17 @@ def measure(
         ),
         median_page_gap=statistics.median(page_gaps) if page_gaps else None,
         p90_page_gap=sorted(page_gaps)[math.ceil(0.9 * len(page_gaps)) - 1] if page_gaps else None,
+        last_round_spread=_last_round_spread([by_host[host] for host in known if host in by_host]),
     )
+
+
+def _last_round_spread(hosts_requests: Sequence[Sequence[Request]]) -> float:
+    """See :attr:`BroadMetrics.last_round_spread`; each host's requests sorted by start."""
+    if not hosts_requests:
+        return 0.0
+    last = min(len(requests) for requests in hosts_requests) - 1
+    starts = [requests[last].start for requests in hosts_requests]
+    return round(max(starts) - min(starts), 3)
 
 
 def in_flight(requests: Iterable[Request]) -> int:

@@ -187,6 +187,9 @@ def test_measure_says_when_the_last_host_was_first_reached() -> None:
     metrics = measure(parse_log(lines), hosts=[a, b, "127.0.1.3"], pages_per_host=2, delay=1.0)
     assert metrics.last_host_start == pytest.approx(100.4)  # a host never reached: left out
     assert metrics.median_page_gap == metrics.p90_page_gap == pytest.approx(1.02)
+    # Every reached host had two requests: the second of each, 101.010 and 101.400.
+    assert metrics.last_round_spread == pytest.approx(0.39)
+    assert measure([], hosts=[a], pages_per_host=2, delay=1.0).last_round_spread == 0.0
 
 
 def test_in_flight_counts_overlapping_connections_not_one_connection_reused() -> None:
@@ -219,7 +222,7 @@ def test_the_time_table_splits_a_crawls_wall_time_by_the_log() -> None:
     run = ToolRun(tool="ours", costs=[], wall_s=2.63, metrics=metrics, started_at=99.5)
     row = time_row("ours", run)
     assert len(row) == len(TIME_HEADERS)
-    assert row == ["ours", "0.50", "0.40", "1.020", "1.020", "0.10", "2.6"]
+    assert row == ["ours", "0.50", "0.40", "1.020", "1.020", "0.39", "0.10", "2.6"]
     # A run with no request (or no start time) says nothing rather than nonsense.
     empty = measure([], hosts=[a], pages_per_host=2, delay=1.0)
     assert time_row("x", ToolRun(tool="ours", costs=[], wall_s=1.0, metrics=empty))[1:] == ["-"] * (

@@ -557,6 +557,33 @@ async def test_retry_after_holds_the_whole_host(engine: Engine) -> None:
         assert later - first_try >= wait / 2
 
 
+async def test_a_request_handed_out_before_a_retry_after_waits_it_out(engine: Engine) -> None:
+    """One worker, two URLs of one host (links are queued sorted): while the worker
+    fetches /busy, the engine has already handed out /later (it waits in the channel, or
+    in the asyncio engine's queue). /busy is answered 503 with a Retry-After, so /later,
+    not yet sent, is not sent inside the wait: it is given back and goes when it ends."""
+    wait = retry_after_seconds(engine)
+    answers = [Reply(status=503, headers=[("retry-after", str(wait))]), page()]
+
+    async def busy_once(request: Request) -> Reply:
+        return answers.pop(0)
+
+    routes: dict[str, Handler] = {
+        "/": page("/busy", "/later"),
+        "/busy": busy_once,
+        "/later": page(),
+    }
+    async with open_site(routes) as site:
+        crawler = await crawl(engine, site.url(), max_tasks=1, adapt=False)
+    [first_try, retry] = site.starts("/busy")
+    [later] = site.starts("/later")
+    assert later - first_try >= wait - 0.001
+    engine.assert_duration(retry - first_try, wait)
+    assert {record.url: record.status for record in crawler.done} == {
+        site.url(path): 200 for path in ("/", "/busy", "/later")
+    }
+
+
 async def test_retry_after_as_an_http_date(engine: Engine) -> None:
     tries = 0
 

@@ -855,6 +855,32 @@ def test_retry_after_holds_the_whole_origin_then_retries_first(
     assert take(state, now=13.0).url == ROOT + "a"
 
 
+def test_a_request_handed_out_before_a_retry_after_is_held_back_until_it_ends() -> None:
+    """/a was handed out (waiting for an idle worker) when / got its Retry-After: it must
+    not start inside the wait. Given back, it is handed out again when the wait ends; a
+    request of another origin, and robots.txt, are never held back."""
+    state, written = make_state(ROOT, ROOT + "a", "http://other.com/", obey_robots=False)
+    root = take(state, now=10.0)
+    waiting = state.next_request(now=10.0)
+    assert waiting is not None
+    assert waiting.url == ROOT + "a"
+    assert not state.held_back(waiting, now=10.0)
+    assert finish(state, root, Response(status=503, retry_after=3.0), now=10.0) is None
+    assert state.held_back(waiting, now=10.0)
+    assert state.held_back(waiting, now=12.9)
+    state.put_back(waiting)
+    assert state.statistics() == stats(queued=3, in_flight=0, done=0, seen=3)
+    other = take(state, now=10.0)
+    assert other.url == "http://other.com/"
+    assert not state.held_back(other, now=10.0)
+    assert state.next_request(now=12.9) is None
+    assert state.next_wakeup() == 13.0
+    again = [take(state, now=13.0), take(state, now=13.0)]
+    assert {request.url for request in again} == {ROOT, ROOT + "a"}
+    assert not any(state.held_back(request, now=13.0) for request in again)
+    assert written == []
+
+
 @pytest.mark.parametrize("max_tries", [1, 2, 3])
 def test_retry_after_counts_against_max_tries(max_tries: int) -> None:
     state, written = make_state(obey_robots=False, max_tries=max_tries)

@@ -379,6 +379,11 @@ class CrawlerBase(abc.ABC):
 
     async def _crawl_url(self, client: Client, request: FetchRequest) -> None:
         """Attempt one URL until the core has its record (retries are the core's call)."""
+        if self.state.held_back(request, now=self._now()):
+            # Handed out before its origin was told to wait (another worker read a
+            # Retry-After meanwhile): not sent inside the wait, but given back for after it.
+            self.state.put_back(request)
+            return
         while True:
             self.state.attempt_started(request, now=self._now())
             await self.store.before_attempt(request)

@@ -416,6 +416,11 @@ class Frontier(Protocol):
         """Take back a request handed out but never attempted."""
         ...
 
+    def held_back(self, request: FetchRequest, *, now: float) -> bool:
+        """Whether ``request``, handed out and not started, must not start at ``now``:
+        its origin was told to wait (a ``Retry-After``) since; give it back instead."""
+        ...
+
     def is_leased(self, request: FetchRequest) -> bool:
         """Whether ``request`` is in flight here."""
         ...

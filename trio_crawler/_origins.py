@@ -104,6 +104,7 @@ class Origin:
         "rules",
         "sleeping",
         "unstarted",
+        "wait_until",
     )
 
     def __init__(self, key: str, *, delay: float, rules: RobotsRules | None) -> None:
@@ -116,6 +117,9 @@ class Origin:
         self.in_flight = 0  # pages and robots.txt of this origin handed out, not yet done
         self.delay = delay
         self.next_start = 0.0  # the earliest time the next request may start
+        # The end of the last wait the server asked for (Retry-After): a request handed
+        # out before it was learnt does not start before it either.
+        self.wait_until = 0.0
         self.robots = RobotsState.UNKNOWN if rules is None else RobotsState.KNOWN
         self.rules = rules
         self.failure: str | None = None  # the error, when robots is FAILED

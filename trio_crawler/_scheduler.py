@@ -365,8 +365,27 @@ class OriginScheduler:
         (``Retry-After`` speaks for the server, not for one URL)."""
         origin = self._origin(request)
         self._started_now(origin, request)
-        origin.next_start = max(origin.next_start, not_before)
+        self._wait(origin, not_before)
         self._requeue(origin, request)
+
+    def wait_origin(self, key: str, *, until: float) -> None:
+        """Origin ``key`` waits until ``until``, as its server asked (a ``Retry-After``
+        another store learnt of): nothing is handed out before, and what was handed out
+        already is held back (:meth:`held_back`)."""
+        self._wait(self._origin_for(key), until)
+
+    def held_back(self, request: FetchRequest, *, now: float) -> bool:
+        """Whether ``request``, handed out and not started, must not start at ``now``.
+
+        Its origin was told to wait (a ``Retry-After``) after it was handed out: an answer
+        another worker read meanwhile, while this request waited for an idle worker or in
+        an engine's queue. Sent now, it would reach the server inside the wait it asked
+        for; given back (:meth:`give_back`), it goes when the wait ends. robots.txt never
+        is: nothing of an origin is answered before it.
+        """
+        if isinstance(request, RobotsRequest):
+            return False
+        return self._origin(request).wait_until > now
 
     def give_back(self, request: FetchRequest) -> None:
         """Take back a request handed out but never attempted: it goes out again later.
@@ -596,6 +615,10 @@ class OriginScheduler:
             origin.unstarted.discard(request.url)
             if not origin.unstarted:
                 self._make_ready(origin)
+
+    def _wait(self, origin: Origin, until: float) -> None:
+        origin.next_start = max(origin.next_start, until)
+        origin.wait_until = max(origin.wait_until, until)
 
     def _make_ready(self, origin: Origin) -> None:
         """Line ``origin`` up by when it could first go, then by when its head was found:

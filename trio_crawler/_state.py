@@ -319,6 +319,12 @@ class CrawlState:
                 "got it from next_request()"
             )
 
+    def held_back(self, request: FetchRequest, *, now: float) -> bool:
+        """Whether ``request``, handed out, must not start at ``now``: its origin was told
+        to wait (a ``Retry-After`` another worker read) after it was handed out. The
+        engine gives it back (:meth:`put_back`) rather than send it inside the wait."""
+        return self.frontier.held_back(request, now=now)
+
     def put_back(self, request: FetchRequest) -> None:
         """Return a request that was handed out but never attempted, to be handed out again.
 

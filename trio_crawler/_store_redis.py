@@ -372,7 +372,10 @@ class RedisFrontier:
         # The server holds the origin for every process; the window holds what it has
         # of the origin already leased.
         self._back(request, wait=max(0.0, not_before - now))
-        self.scheduler.hold_origin(origin_of(request.url), not_before=not_before)
+        self.scheduler.wait_origin(origin_of(request.url), until=not_before)
+
+    def held_back(self, request: FetchRequest, *, now: float) -> bool:
+        return self.scheduler.held_back(request, now=now)
 
     def is_leased(self, request: FetchRequest) -> bool:
         return self.scheduler.is_leased(request)

@@ -303,6 +303,9 @@ class StoredFrontier:
     def give_back(self, request: FetchRequest) -> None:
         self.scheduler.give_back(request)
 
+    def held_back(self, request: FetchRequest, *, now: float) -> bool:
+        return self.scheduler.held_back(request, now=now)
+
     def is_leased(self, request: FetchRequest) -> bool:
         return self.scheduler.is_leased(request)
 

@@ -369,9 +369,10 @@ class OriginScheduler:
         self._requeue(origin, request)
 
     def wait_origin(self, key: str, *, until: float) -> None:
-        """Origin ``key`` waits until ``until``, as its server asked (a ``Retry-After``
-        another store learnt of): nothing is handed out before, and what was handed out
-        already is held back (:meth:`held_back`)."""
+        """Origin ``key`` waits until ``until``, as its server asked (a ``Retry-After``),
+        for a store that queues the answered request itself (the Redis store): nothing is
+        handed out before, and what was handed out already is held back
+        (:meth:`held_back`)."""
         self._wait(self._origin_for(key), until)
 
     def held_back(self, request: FetchRequest, *, now: float) -> bool:

@@ -18,6 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 README_MAX_LINES = 250
+# Five minutes of reading, at about 250 words a minute: the prose a user reads, not the
+# commands and code they copy.
+README_MAX_WORDS = 1250
 
 DOCS = sorted(
     [README, ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md", *ROOT.glob("docs/*.md")]
@@ -27,6 +30,8 @@ FENCE = re.compile(r"^ {0,3}(```|~~~)")
 HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 # [text](target) or [text](target "title"); images too. The text may hold code spans.
+# A link's target, from "](" to its ")": what prose_words leaves out.
+LINK_TARGET = re.compile(r"\]\([^)]*\)")
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 ABSOLUTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
@@ -95,6 +100,34 @@ def test_readme_is_short() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, (
         f"README.md has {len(lines)} lines; at most {README_MAX_LINES}: details go in docs/"
+    )
+
+
+def prose_words(markdown: str) -> int:
+    """Words a reader reads: fenced and indented code left out, and each link counted by
+    its text, not its target."""
+    words = 0
+    fenced = False
+    for line in markdown.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced or line.startswith("    "):
+            continue
+        words += len(LINK_TARGET.sub("]", line).split())
+    return words
+
+
+def test_prose_words_count_text_not_code_or_link_targets() -> None:
+    text = "Two [short words](docs/a-long-anchor.md#here) here.\n\n    code is not read\n"
+    assert prose_words(text + "```\nnor this\n```\n") == 4
+
+
+def test_readme_reads_in_five_minutes() -> None:
+    words = prose_words(README.read_text(encoding="utf-8"))
+    assert words <= README_MAX_WORDS, (
+        f"README.md has {words} words of prose; at most {README_MAX_WORDS} (five minutes): "
+        "details go in docs/"
     )
 
 

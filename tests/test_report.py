@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from trio_crawler import FetchStatistic
 from trio_crawler._report import format_report, report_lines
-from trio_crawler._stats import utc_timestamp
+from trio_crawler._stats import record_from_fields, utc_timestamp
 
 from support import RECORD_KEYS
 
@@ -147,30 +148,58 @@ _TEXT = st.none() | st.text()
 _COUNT = st.integers(min_value=0, max_value=2**63)
 
 
-@given(
-    st.builds(
-        FetchStatistic,
-        url=st.text(),
-        next_url=_TEXT,
-        status=st.none() | st.integers(min_value=100, max_value=999),
-        exception=_TEXT,
-        size=_COUNT,
-        content_type=_TEXT,
-        encoding=_TEXT,
-        num_urls=_COUNT,
-        num_new_urls=_COUNT,
-        depth=_COUNT,
-        referrer=_TEXT,
-        fetched_at=_TEXT,
-        elapsed=st.none() | st.floats(),
-        handler_error=_TEXT,
-    )
+_RECORDS = st.builds(
+    FetchStatistic,
+    url=st.text(),
+    next_url=_TEXT,
+    status=st.none() | st.integers(min_value=100, max_value=999),
+    exception=_TEXT,
+    size=_COUNT,
+    content_type=_TEXT,
+    encoding=_TEXT,
+    num_urls=_COUNT,
+    num_new_urls=_COUNT,
+    depth=_COUNT,
+    referrer=_TEXT,
+    fetched_at=_TEXT,
+    elapsed=st.none() | st.floats(),
+    handler_error=_TEXT,
 )
+
+
+@given(_RECORDS)
 def test_record_json_is_what_the_json_module_writes(record: FetchStatistic) -> None:
     """to_json is written by hand for speed; it must be json.dumps of to_dict to the byte
     (control characters, quotes, non-ASCII text, huge counts, NaN and infinities)."""
     expected = json.dumps(record.to_dict(), ensure_ascii=False, separators=(", ", ": "))
     assert record.to_json() == expected
+
+
+@given(_RECORDS)
+def test_a_record_read_back_is_the_record_written(record: FetchStatistic) -> None:
+    """record_from_fields sets the slots of a full record directly, for the report of a
+    state file; what it builds must be the record __init__ builds, frozen like it."""
+    fields = record.to_dict()
+    read = record_from_fields(fields)
+    assert read.to_dict() == fields
+    assert repr(read) == repr(record)
+    if record == record:  # a NaN elapsed is unequal to itself, in any record
+        assert read == record
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        read.url = "http://h/other"  # type: ignore[misc]
+
+
+def test_a_partial_or_foreign_object_goes_through_init() -> None:
+    # A missing field takes its default, as FetchStatistic(**fields) gives it.
+    assert record_from_fields({"url": "http://h/a", "status": 404}) == FetchStatistic(
+        url="http://h/a", status=404
+    )
+    full = RECORDS[0].to_dict()
+    with pytest.raises(TypeError):
+        record_from_fields({**full, "extra": 1})
+    del full["url"]
+    with pytest.raises(TypeError):
+        record_from_fields(full)
 
 
 @pytest.mark.parametrize(

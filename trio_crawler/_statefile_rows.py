@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._events import FetchRequest, KnownPage
-from ._stats import FetchStatistic
+from ._stats import FetchStatistic, record_from_fields
 
 # Identifies the file as ours ("TCrw") and its layout; another SQLite file is refused.
 APPLICATION_ID = 0x54437277
@@ -141,7 +141,7 @@ def items_from_text(text: object) -> str | None:
 def record_from_line(line: object) -> FetchStatistic | None:
     try:
         fields = json.loads(line) if isinstance(line, str) else None
-        return FetchStatistic(**fields) if isinstance(fields, dict) else None
+        return record_from_fields(fields) if isinstance(fields, dict) else None
     except (ValueError, TypeError):
         return None
 

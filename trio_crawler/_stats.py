@@ -117,6 +117,32 @@ class FetchStatistic:
 
 # The record's keys, in contract order: read once, not from dataclasses.fields() per record.
 _RECORD_KEYS = tuple(field.name for field in dataclasses.fields(FetchStatistic))
+_RECORD_KEY_SET = frozenset(_RECORD_KEYS)
+# Each field's slot, set directly (the member descriptor's __set__): see record_from_fields.
+_SLOT_SETTERS = tuple((name, getattr(FetchStatistic, name).__set__) for name in _RECORD_KEYS)
+
+
+def record_from_fields(fields: dict[str, Any]) -> FetchStatistic:
+    """The record a decoded JSON object holds: ``FetchStatistic(**fields)``, faster.
+
+    A state file's report decodes every record of the crawl (a million for a crawl of a
+    million pages), and a frozen dataclass's ``__init__`` sets each of the 14 fields through
+    ``object.__setattr__``: 5.6 µs a record, more than ``json.loads`` of its line. An object
+    with exactly the record's keys, as this crawler writes them, has its slots set directly
+    instead, in a third of that; any other goes through ``__init__``, which fills in the
+    defaults of missing fields and refuses the rest.
+
+    Raises:
+        TypeError: A key that is no field, or no ``url`` (as ``__init__`` would).
+    """
+    if fields.keys() != _RECORD_KEY_SET:
+        return FetchStatistic(**fields)
+    record = object.__new__(FetchStatistic)
+    for name, set_slot in _SLOT_SETTERS:
+        set_slot(record, fields[name])
+    return record
+
+
 # What json.dumps(..., ensure_ascii=False, separators=(", ", ": ")) makes anew on every call:
 # made once. FetchStatistic.to_json writes the same by hand, with the encoder's own pieces.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "))

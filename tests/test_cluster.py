@@ -373,10 +373,28 @@ async def test_sigint_gives_leases_back_at_once(tmp_path: Path, redis: RedisServ
         assert await client.hgetall(prefix_of("crawl") + "owners") == {}, context
 
 
+# The least gap the test server may see between two page requests at --delay 0.2, by
+# --max-per-host. With one at a time each request waits a delay from the previous one's
+# answer, which the server gave after it received that request: 10 ms below 0.2 s only for
+# the processes' clocks, each on the Redis server's scale to some milliseconds (measured
+# under load: 0.2024 s at the least in 8 crawls). With more at a time a start is the Redis
+# server's time at the call made just before the request goes (docs/manners.md, "When the
+# delay's clock starts"), and what follows the call (its answer's way back, the
+# connection, a process the CPUs have not run yet) comes out of the gap: a CI run saw
+# 0.190 s and two busy loops beside the test 0.182. A third below the delay still catches
+# a delay the processes do not share: each keeping it alone, three processes' requests
+# interleave at random, and some come within milliseconds of another's.
+LEAST_GAP = {"1": 0.19, "none": 0.2 - 0.2 / 3}
+
+
 @pytest.mark.trio
-async def test_delay_and_robots_hold_across_processes(tmp_path: Path, redis: RedisServer) -> None:
-    """--delay 0.2 with three processes on one host: the server sees page requests at
-    least 0.2 s apart, and robots.txt is fetched once for the whole crawl."""
+@pytest.mark.parametrize("max_per_host", ["1", "none"])
+async def test_delay_and_robots_hold_across_processes(
+    tmp_path: Path, redis: RedisServer, max_per_host: str
+) -> None:
+    """--delay 0.2 with three processes on one host: the server sees page requests 0.2 s
+    apart (exactly with --max-per-host 1, less what a start's call leaves open without),
+    and robots.txt is fetched once for the whole crawl."""
     site = Site(20, random.Random(f"{SEED}-delay"))
     robots_fetched = 0
 
@@ -389,6 +407,7 @@ async def test_delay_and_robots_hold_across_processes(tmp_path: Path, redis: Red
             body=b"User-agent: *\nDisallow: /private/\n",
         )
 
+    limit = () if max_per_host == "none" else ("--max-per-host", max_per_host)
     with trio.fail_after(HANG_LIMIT):
         async with open_test_server() as http:
             http.fallback(site.handle)
@@ -401,6 +420,7 @@ async def test_delay_and_robots_hold_across_processes(tmp_path: Path, redis: Red
                 tmp_path,
                 "--delay",
                 "0.2",
+                *limit,
             )
     context = "\n".join(str(run) for run in runs)
     for run in runs:
@@ -409,10 +429,7 @@ async def test_delay_and_robots_hold_across_processes(tmp_path: Path, redis: Red
     urls = union(outputs, context)
     assert sorted(urls) == sorted({http.url(path) for path in site.paths()}), context
     gaps = [later - earlier for earlier, later in zip(site.starts, site.starts[1:], strict=False)]
-    # 10 ms below 0.2 s, as the broad benchmark allows nginx's log: the test server's own
-    # loop timestamps each request late or early by its scheduling, which the crawler
-    # cannot see (with 5 ms, a CI run of two test processes on two CPUs failed at 0.1949).
-    assert min(gaps) >= 0.19, f"requests {min(gaps):.3f} s apart: {context}"
+    assert min(gaps) >= LEAST_GAP[max_per_host], f"requests {min(gaps):.3f} s apart: {context}"
     counts = [len(read_records(output, context)) for output in outputs]
     assert sum(1 for count in counts if count) >= 2, f"no sharing: {counts}"
 

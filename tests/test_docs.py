@@ -30,9 +30,9 @@ FENCE = re.compile(r"^ {0,3}(```|~~~)")
 HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 # [text](target) or [text](target "title"); images too. The text may hold code spans.
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 # A link's target, from "](" to its ")": what prose_words leaves out.
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
-LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 ABSOLUTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 

@@ -14,7 +14,9 @@ gives a ``Request``, wait for the end of its (ignored) body, ask the route's han
 ``Reply``, send it, and start the next keep-alive cycle, or hang up when h11 says the
 connection must close. Everything is written on AnyIO, so the same server runs under Trio
 and under asyncio. Given an ``ssl_context``, it serves HTTPS instead (AnyIO's TLS listener
-does the handshake; the rest is the same).
+does the handshake; the rest is the same), and with a ``handshake_delay`` it waits that
+long before each handshake, as a far or busy server does: the client's connection then
+takes that long before its request can go.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -96,6 +99,7 @@ class TestServer:
         self.host = host
         self.routes: dict[str, Handler] = dict(routes)
         self.requests: list[str] = []  # targets in the order requests arrived
+        self.arrivals: list[float] = []  # when each of them arrived (its head was read)
         self.hits: collections.Counter[str] = collections.Counter()
         self.connections = 0  # connections accepted
         self.in_flight = 0  # requests received and not yet answered (or dropped)
@@ -147,6 +151,7 @@ class TestServer:
             },
         )
         self.requests.append(request.target)
+        self.arrivals.append(anyio.current_time())
         self.hits[request.target] += 1
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -187,14 +192,42 @@ async def _send(
     await stream.send(data)
 
 
+class _DelayedListener(anyio.abc.Listener[anyio.abc.SocketStream]):
+    """A TCP listener that hands each connection on ``delay`` seconds after it came."""
+
+    def __init__(self, listener: anyio.abc.Listener[anyio.abc.SocketStream], delay: float):
+        self._listener = listener
+        self._delay = delay
+
+    async def serve(
+        self,
+        handler: Callable[[anyio.abc.SocketStream], Any],
+        task_group: anyio.abc.TaskGroup | None = None,
+    ) -> None:
+        async def delayed(stream: anyio.abc.SocketStream) -> None:
+            await anyio.sleep(self._delay)
+            await handler(stream)
+
+        await self._listener.serve(delayed, task_group)
+
+    async def aclose(self) -> None:
+        await self._listener.aclose()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        return self._listener.extra_attributes
+
+
 @asynccontextmanager
 async def open_test_server(
     routes: Mapping[str, Handler] | None = None,
     *,
     ssl_context: ssl.SSLContext | None = None,
     host: str = "127.0.0.1",
+    handshake_delay: float = 0.0,
 ) -> AsyncIterator[TestServer]:
-    """Serve on ``host``, port 0, in a task group of its own; HTTPS with ``ssl_context``.
+    """Serve on ``host``, port 0, in a task group of its own; HTTPS with ``ssl_context``,
+    each handshake begun ``handshake_delay`` seconds after its connection came.
 
     ``host`` is a loopback address: Linux routes all of 127.0.0.0/8 to ``lo``, so servers
     on 127.0.0.2, 127.0.0.3, ... are distinct hosts to a crawler without any DNS.
@@ -211,7 +244,11 @@ async def open_test_server(
     if ssl_context is not None:
         # A client that rejects the certificate only ends its own connection: AnyIO's TLS
         # listener logs the failed handshake and goes on serving.
-        listener = anyio.streams.tls.TLSListener(tcp, ssl_context, standard_compatible=False)
+        listener = anyio.streams.tls.TLSListener(
+            _DelayedListener(tcp, handshake_delay) if handshake_delay else tcp,
+            ssl_context,
+            standard_compatible=False,
+        )
     body_error: Exception | None = None
     async with listener, anyio.create_task_group() as task_group:
         scheme = "http" if ssl_context is None else "https"

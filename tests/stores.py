@@ -157,7 +157,7 @@ def _drive_through_portal(
 ) -> None:
     """Open the store's session in an event loop of its own, and around each step of the
     core make the calls the engine shell would await: a flush (and a lease of work) before
-    a request is handed out, before_attempt() as an attempt starts, settle() when a URL
+    a request is handed out, request_sent() as an attempt starts, settle() when a URL
     is done, a flush after anything else that changed the store."""
     portal: BlockingPortal = cleanup.enter_context(start_blocking_portal(backend="trio"))
     clock = [0.0]
@@ -194,7 +194,7 @@ def _drive_through_portal(
     def attempt_started_kept(request: Any, *, now: float) -> None:
         clock[0] = max(clock[0], now)
         attempt_started(request, now=now)
-        portal.call(store.before_attempt, request)
+        portal.call(store.request_sent, request)
 
     def attempt_finished_kept(
         request: Any, outcome: Any, *, now: float, started: float | None = None

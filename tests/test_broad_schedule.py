@@ -175,7 +175,7 @@ def test_a_start_is_told_before_the_request_only_if_the_host_may_have_another(
         request = state.next_request(now=0.0)
         assert request is not None
         assert request.url == host_url(0)
-        state.attempt_started(request, now=0.25)  # and before_attempt(), as an engine does
+        state.attempt_started(request, now=0.25)  # and request_sent(), as an engine does
         store: Any = state.frontier
         waiting = [op for op in store._ops if op["k"] == "started"]
         if told_first:

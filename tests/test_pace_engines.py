@@ -52,9 +52,11 @@ async def test_a_server_that_pushes_back_is_crawled_at_its_pace(
     waits: list[tuple[str, float, float]] = []
     attempt_started = CrawlState.attempt_started
 
-    def note_start(state: CrawlState, request: FetchRequest, *, now: float) -> None:
+    def note_start(
+        state: CrawlState, request: FetchRequest, *, now: float, sent_later: bool = False
+    ) -> None:
         starts.append((origin_of(request.url), now))
-        attempt_started(state, request, now=now)
+        attempt_started(state, request, now=now, sent_later=sent_later)
 
     def note_wait(exchange: Exchange) -> None:
         headers = dict(exchange.response_headers)

@@ -30,7 +30,7 @@ import ssl
 import sys
 import urllib.request
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._options import ConfigError
 from ._robots import PRODUCT_TOKEN
@@ -237,12 +237,15 @@ class TransportClient:
         url: str,
         *,
         headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        extensions: dict[str, Any] | None = None,
     ) -> httpx.Request:
         """The request as it will be sent: our headers, then ``headers`` over them."""
         merged = self.headers.copy()
         if headers:
             merged.update(headers)
-        request: httpx.Request = self._library.Request(method, url, headers=merged)
+        request: httpx.Request = self._library.Request(
+            method, url, headers=merged, extensions=extensions
+        )
         if request.url.userinfo:
             # As AsyncClient does for a URL with credentials (httpx's BasicAuth).
             credentials = f"{request.url.username}:{request.url.password}".encode()
@@ -256,9 +259,10 @@ class TransportClient:
         url: str,
         *,
         headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        extensions: dict[str, Any] | None = None,
     ) -> AsyncIterator[httpx.Response]:
         """Send a request and yield its response, whose body is closed on the way out."""
-        request = self.build_request(method, url, headers=headers)
+        request = self.build_request(method, url, headers=headers, extensions=extensions)
         response = await self._transport.handle_async_request(request)
         response.request = request
         try:

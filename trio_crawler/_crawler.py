@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import functools
 import inspect
 import logging
 import os
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from ._config import CrawlKeywords
     from ._counts import CrawlCounts
     from ._events import Exchange, FetchRequest, Outcome
+    from ._fetch import OnSent
     from ._frontier import Store, StoreShell
     from ._handler import Handler
     from ._stats import FetchStatistic
@@ -317,8 +319,11 @@ class CrawlerBase(abc.ABC):
         """:meth:`stop` during ``crawl()``: cancel the crawl now, or in ``grace`` seconds."""
 
     @abc.abstractmethod
-    async def _attempt(self, client: Client, request: FetchRequest) -> Outcome:
-        """One attempt bounded by the engine's cancel scope; raises only cancellation."""
+    async def _attempt(
+        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+    ) -> Outcome:
+        """One attempt bounded by the engine's cancel scope, awaiting ``on_sent()`` once
+        its request's head is written; raises only cancellation."""
 
     @abc.abstractmethod
     def _now(self) -> float:
@@ -385,10 +390,20 @@ class CrawlerBase(abc.ABC):
             self.state.put_back(request)
             return
         while True:
-            self.state.attempt_started(request, now=self._now())
-            await self.store.before_attempt(request)
-            started = self._now()
-            outcome = await self._attempt(client, request)
+            # The host's delay runs from when the request is written, which the transport
+            # reports (on_sent), not from here: a slow connection is no part of the next
+            # gap as the server sees it. A transport that does not report it: from here.
+            on_sent: OnSent
+            if self._fetcher.reports_sending:
+                started = self._now()
+                self.state.attempt_started(request, now=started, sent_later=True)
+                on_sent = functools.partial(self._request_sent, request)
+            else:
+                self.state.attempt_started(request, now=self._now())
+                await self.store.request_sent(request)
+                started = self._now()
+                on_sent = self._fetcher.sending_reported
+            outcome = await self._attempt(client, request, on_sent)
             ended = self._now()  # its last byte or failure, before the archive is written
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
@@ -410,6 +425,13 @@ class CrawlerBase(abc.ABC):
                 self._store_lost(exc)
         elif self.store.has_work(starved=False):
             await self._flush_store(starved=False)
+
+    async def _request_sent(self, request: FetchRequest) -> None:
+        """The transport wrote ``request``'s head: the host's delay runs from now, and a
+        shared frontier is told before the host's next request may go."""
+        if self.state.request_sent(request, now=self._now()):
+            self._wake_dispatcher()  # it may be waiting with nothing to hand out
+        await self.store.request_sent(request)
 
     async def _flush_store(self, *, starved: bool) -> None:
         """Keep what waits for the store (and, when ``starved``, load or lease more work);

@@ -72,17 +72,25 @@ from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, desc
 from ._sitemaps import MAX_SITEMAP_BYTES
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
     from types import ModuleType
+    from typing import Any, TypeAlias
 
     import httpx
 
     from ._clients import Client
     from ._transport import TLSContext
 
+    #: What an attempt awaits once its request has been written (see :func:`fetch`).
+    OnSent: TypeAlias = Callable[[], Awaitable[None]]
+
 # How much of a robots.txt is read: RFC 9309, section 2.5, asks crawlers to parse at least
 # 500 KiB and lets them ignore the rest. A larger file is cut there, not failed.
 ROBOTS_MAX_SIZE = 500 * 1024
+
+#: The ``trace`` event of httpx's transports (httpcore's) and of ours once a request's head
+#: has been written to its connection: from then on the server may have it.
+SENT_EVENT = "http11.send_request_headers.complete"
 
 
 @functools.cache
@@ -125,6 +133,7 @@ async def fetch(
     user_agent: str | None = None,
     conditions: Mapping[str, str] | None = None,
     headers: Sequence[tuple[str, str]] = (),
+    on_sent: OnSent | None = None,
 ) -> Outcome:
     """Make one GET attempt for ``url``.
 
@@ -143,6 +152,10 @@ async def fetch(
             ``If-Modified-Since``) for a recrawl.
         headers: More headers for this request, over the client's own (the crawl's
             ``--header`` values, for a client that does not carry them).
+        on_sent: Awaited once the request's head has been written to its connection
+            (:data:`SENT_EVENT`, through the request's ``trace`` extension), before its
+            answer is read: the moment a host's delay runs from. Not awaited if the
+            request never went (no connection), nor by a transport that does not trace.
 
     Returns:
         A Response for any completed exchange, or a FetchError saying whether a retry
@@ -155,7 +168,12 @@ async def fetch(
         if user_agent is not None:
             sent.append(("user-agent", user_agent))
         sent += headers
-        async with client.stream("GET", url, headers=sent or None) as response:
+        extensions: dict[str, Any] | None = None
+        if on_sent is not None:
+            extensions = {"trace": functools.partial(_trace, on_sent)}
+        async with client.stream(
+            "GET", url, headers=sent or None, extensions=extensions
+        ) as response:
             fields = _fields(response)
             # Read as the headers arrive: a date is turned into seconds from now (see
             # _retry_after), and "now" is before the body, which may take a while.
@@ -202,6 +220,12 @@ async def fetch(
         content_type=content_type,
         exchange=_exchange(url, client, response, raw_chunks, error, robots),
     )
+
+
+async def _trace(on_sent: OnSent, event: str, info: object) -> None:
+    """A request's ``trace`` extension: of all the events, only the written head counts."""
+    if event == SENT_EVENT:
+        await on_sent()
 
 
 async def _read_body(
@@ -397,6 +421,8 @@ class Fetcher:
     Attributes:
         connections: What the workers' clients share (the cap on idle connections, the
             host-name cache, and their counts), or None when a caller's client is used.
+        reports_sending: Whether an attempt's ``on_sent`` will be awaited when its request
+            is written: true for the crawler's own clients, and for a caller's once it was.
 
     Raises:
         ConfigError: If ``client`` is None and ``TRIO_CRAWLER_HTTP`` names no installed
@@ -425,6 +451,15 @@ class Fetcher:
         self._proxy_from_environment: bool | None = None
         # What the workers' transports share: the cap on idle connections, the name cache.
         self.connections = CrawlConnections.from_environment() if client is None else None
+        # Whether the transport says when a request has been written (see
+        # sending_reported): ours and httpx's own do; a caller's client, once it has.
+        self.reports_sending = client is None
+
+    async def sending_reported(self) -> None:
+        """A caller's client reported a written request: its transport traces (httpx's own
+        does, a test's ``MockTransport`` does not), so from the next attempt on a host's
+        delay runs from that moment rather than from the attempt's start."""
+        self.reports_sending = True
 
     def new_client(self, *, ssl_context: TLSContext = default_ssl_context) -> Client:
         """A client for one worker, which makes one request at a time.
@@ -449,7 +484,9 @@ class Fetcher:
             headers=self._headers,
         )
 
-    async def fetch(self, client: Client, request: FetchRequest) -> Outcome:
+    async def fetch(
+        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+    ) -> Outcome:
         """One attempt for ``request`` with this crawl's options (see :func:`fetch`).
 
         With DEBUG logging (``-vv``) each attempt is one line: URL, answer, time taken.
@@ -469,6 +506,7 @@ class Fetcher:
             user_agent=self._user_agent if client is self.client else None,
             conditions=_conditions(request),
             headers=self._headers if client is self.client else (),
+            on_sent=on_sent,
         )
         if debug:
             _log_attempt(request, outcome, time.perf_counter() - started)

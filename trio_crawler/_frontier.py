@@ -386,8 +386,10 @@ class Frontier(Protocol):
         """When a request held back by a delay may go out; None if none is."""
         ...
 
-    def started(self, request: FetchRequest, *, now: float) -> None:
-        """An attempt for ``request`` starts at ``now``: its origin's delay runs from here."""
+    def started(self, request: FetchRequest, *, now: float) -> bool:
+        """An attempt for ``request`` starts at ``now`` (its request is written): its
+        origin's delay runs from here. Whether that let the origin's next request go, which
+        a request handed out holds until it starts (a dispatcher waiting may look again)."""
         ...
 
     def answered(
@@ -472,9 +474,11 @@ class StoreShell(Protocol):
         size at the last change kept, and keeps its size from then on."""
         ...
 
-    async def before_attempt(self, request: FetchRequest) -> None:
-        """Anything ``request`` needs before it goes out (the Redis store tells the
-        server that a request to a host with a delay starts now)."""
+    async def request_sent(self, request: FetchRequest) -> None:
+        """Anything ``request`` needs once it has gone out (the Redis store tells the
+        server that a request to a host with a delay has started), before its answer is
+        read: for a transport that does not say when a request is written, before the
+        attempt."""
         ...
 
     def has_work(self, *, starved: bool) -> bool:

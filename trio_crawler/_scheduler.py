@@ -328,16 +328,18 @@ class OriginScheduler:
 
     # -- what happens to a request handed out ---------------------------------------------
 
-    def started(self, request: FetchRequest, *, now: float) -> None:
-        """An attempt for ``request`` starts now: its origin's delay runs from here, not
-        from :meth:`take`, since a request handed out can wait for an idle worker."""
+    def started(self, request: FetchRequest, *, now: float) -> bool:
+        """An attempt for ``request`` starts now (its request is written): its origin's
+        delay runs from here, not from :meth:`take`, since a request handed out can wait
+        for an idle worker, and for its connection. Whether the start let the origin's
+        next request go (it had held the origin)."""
         origin = self._origin(request)
         if origin.pace is not None:
             origin.pace.started(now)
         spacing = origin.spacing()
         if spacing:
             origin.next_start = max(origin.next_start, now + spacing)
-        self._started_now(origin, request)
+        return self._started_now(origin, request)
 
     def complete(self, request: FetchRequest) -> None:
         """``request``'s URL is done (it has its record): it leaves the frontier for good."""
@@ -610,12 +612,15 @@ class OriginScheduler:
         # stale sequence is only a little early or late.
         self._push(origin, 1)
 
-    def _started_now(self, origin: Origin, request: FetchRequest) -> None:
-        """``request`` has started (or ended, or gone back): the next may be handed out."""
+    def _started_now(self, origin: Origin, request: FetchRequest) -> bool:
+        """``request`` has started (or ended, or gone back): the next may be handed out.
+        Whether it had held its origin."""
         if origin.unstarted:
             origin.unstarted.discard(request.url)
             if not origin.unstarted:
                 self._make_ready(origin)
+                return True
+        return False
 
     def _wait(self, origin: Origin, until: float) -> None:
         origin.next_start = max(origin.next_start, until)

@@ -251,15 +251,28 @@ class CrawlState:
         """When a host now waiting out its delay may start a request; None if none waits."""
         return self.frontier.next_wakeup() if self._scheduling else None
 
-    def attempt_started(self, request: FetchRequest, *, now: float) -> None:
-        """Note that an attempt for ``request`` starts now: its host's delay runs from here.
+    def attempt_started(
+        self, request: FetchRequest, *, now: float, sent_later: bool = False
+    ) -> None:
+        """Note that an attempt for ``request`` starts now: its answer is timed from here,
+        and so is its host's delay, unless ``sent_later``.
 
         ``next_request`` already starts the delay when it hands a request out, but a
         request can wait for an idle worker after that; timing the delay from the real
-        start keeps requests to one host ``delay`` apart however long they waited.
+        start keeps requests to one host ``delay`` apart however long they waited. With
+        ``sent_later`` (the engine's transport reports when a request is written) the delay
+        waits for :meth:`request_sent`, and the host holds its next request until then: a
+        connection that takes part of the delay then takes none of the next gap.
         """
-        self.frontier.started(request, now=now)
         self._starts[request.url] = now
+        if not sent_later:
+            self.frontier.started(request, now=now)
+
+    def request_sent(self, request: FetchRequest, *, now: float) -> bool:
+        """``request``'s head has been written to its connection: the host's delay runs
+        from now. Called again (a proxy's tunnel, then the request), the later one counts.
+        Whether this let the host's next request go: a dispatcher waiting may look again."""
+        return self.frontier.started(request, now=now)
 
     def attempt_finished(
         self, request: FetchRequest, outcome: Outcome, *, now: float, started: float | None = None

@@ -167,8 +167,8 @@ class MemoryFrontier:
     def next_wakeup(self) -> float | None:
         return self.scheduler.next_wakeup()
 
-    def started(self, request: FetchRequest, *, now: float) -> None:
-        self.scheduler.started(request, now=now)
+    def started(self, request: FetchRequest, *, now: float) -> bool:
+        return self.scheduler.started(request, now=now)
 
     def answered(
         self, request: FetchRequest, *, pushback: bool, started: float, now: float
@@ -220,7 +220,7 @@ class MemoryFrontier:
     def attach_archive(self, archive: ArchiveOutput) -> None:
         """Nothing to reconcile: a new crawl writes its files from the start."""
 
-    async def before_attempt(self, request: FetchRequest) -> None:
+    async def request_sent(self, request: FetchRequest) -> None:
         return
 
     def has_work(self, *, starved: bool) -> bool:

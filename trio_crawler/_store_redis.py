@@ -310,29 +310,31 @@ class RedisFrontier:
         mine = {member for member in self._held if not member.startswith("r ")}
         return spent and pending <= len(mine | self._unsettled)
 
-    def started(self, request: FetchRequest, *, now: float) -> None:
+    def started(self, request: FetchRequest, *, now: float) -> bool:
         """Note the start, with its time, for the server, when the host has a delay.
 
         The server times the host's next start from this one, as every process sees it.
         One request at a time to a host (``--max-per-host 1``, the broad crawl's setting)
         needs the note only for the pace, since the next request waits for this one's end
         anyway: it goes with the next call. With more at a time, the host's next request
-        waits for the note, so it is sent before the request goes (:meth:`before_attempt`).
+        waits for the note, so it is sent as soon as the request has gone
+        (:meth:`request_sent`).
         """
-        self.scheduler.started(request, now=now)
+        released = self.scheduler.started(request, now=now)
         if request.robots or self._delay_of(origin_of(request.url)) <= 0:
-            return
+            return released
         op: Operation = {"k": "started", "u": request.url}
         if self.config.max_per_host == 1:
             op["t"] = self.link.runtime.wall_time(now)
         else:
-            # Sent, and answered, before the request goes: the server's clock at the call
-            # is nearer its start than ``now``, a round trip earlier.
+            # Sent at once, and answered, with no time of its own: the server's clock at
+            # the call, after the request was written, so never before it went.
             self._starting.add(request.url)
         self._ops.append(op)
+        return released
 
-    async def before_attempt(self, request: FetchRequest) -> None:
-        """Tell the server that ``request`` starts now, when its host has a delay and may
+    async def request_sent(self, request: FetchRequest) -> None:
+        """Tell the server that ``request`` has gone, when its host has a delay and may
         have another request out (see :meth:`started`); a lost server stops the crawl."""
         if request.url in self._starting:
             try:

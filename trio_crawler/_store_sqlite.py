@@ -277,8 +277,8 @@ class StoredFrontier:
     def next_wakeup(self) -> float | None:
         return self.scheduler.next_wakeup()
 
-    def started(self, request: FetchRequest, *, now: float) -> None:
-        self.scheduler.started(request, now=now)
+    def started(self, request: FetchRequest, *, now: float) -> bool:
+        return self.scheduler.started(request, now=now)
 
     def answered(
         self, request: FetchRequest, *, pushback: bool, started: float, now: float
@@ -339,7 +339,7 @@ class StoredFrontier:
         does; synchronous, for a caller that drives the store by hand)."""
         self._runtime = runtime
 
-    async def before_attempt(self, request: FetchRequest) -> None:
+    async def request_sent(self, request: FetchRequest) -> None:
         return
 
     def attach_output(self, output: RecordOutput) -> None:

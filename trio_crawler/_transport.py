@@ -28,6 +28,10 @@ transport may be given the function that makes that context rather than the cont
 is then made at the first https connection, so a crawl of http:// sites never loads the
 system's CA certificates (20-40 ms of every start).
 
+Of httpcore's ``trace`` events (a request's extension) it sends the one the crawler
+needs, ``http11.send_request_headers.complete``, under the same name: a host's delay runs
+from it (docs/manners.md, "When the delay's clock starts").
+
 What it does not do: HTTP/2, proxies (the crawler uses httpx's own transport when the
 environment names a proxy), request bodies other than bytes (the crawler sends GETs).
 Timeouts are the engine's: a cancel scope bounds each attempt, and a cancellation at any
@@ -251,7 +255,15 @@ def lean_transport_class(
             if connection is None:
                 connection = await self._connect(scheme, host, port)
             try:
-                return await self._exchange(connection, key, request.method, target, headers, body)
+                return await self._exchange(
+                    connection,
+                    key,
+                    request.method,
+                    target,
+                    headers,
+                    body,
+                    request.extensions.get("trace"),
+                )
             except (library.WriteError, library.ReadError, library.RemoteProtocolError):
                 if reused and not connection.answered:  # lost to the server's close
                     for stale in self._shared.idle.lose(key, target):
@@ -295,15 +307,20 @@ def lean_transport_class(
             target: bytes,
             headers: list[tuple[bytes, bytes]],
             body: bytes,
+            trace: Any,
         ) -> httpx.Response:
             """Send the request and read the response's head; any failure or cancellation
-            closes the connection."""
+            closes the connection. ``trace`` (the request's extension, as httpcore takes it)
+            hears of the one event the crawler needs: the head written, the moment a
+            host's delay runs from."""
             connection.answered = False
             try:
                 try:
                     await connection.send(
                         h11.Request(method=method, target=target, headers=headers)
                     )
+                    if trace is not None:
+                        await trace("http11.send_request_headers.complete", {})
                     if body:
                         await connection.send(h11.Data(data=body))
                     await connection.send(h11.EndOfMessage())

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
     from ._clients import Client
+    from ._fetch import OnSent
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -169,11 +170,13 @@ class Crawler(CrawlerBase):
             result = await function()
         return result
 
-    async def _attempt(self, client: Client, request: FetchRequest) -> Outcome:
+    async def _attempt(
+        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+    ) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except cancellation."""
         with anyio.move_on_after(self.config.timeout):
             try:
-                return await self._fetcher.fetch(client, request)
+                return await self._fetcher.fetch(client, request, on_sent)
             except Exception as exc:
                 return self._fetcher.unexpected(request.url, exc)
         return self._fetcher.timed_out(request)

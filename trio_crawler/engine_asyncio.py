@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from ._clients import Client
     from ._events import FetchRequest, Outcome
+    from ._fetch import OnSent
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -246,12 +247,14 @@ class Crawler(CrawlerBase):
         if self._nudged is not None:
             self._nudged.set()
 
-    async def _attempt(self, client: Client, request: FetchRequest) -> Outcome:
+    async def _attempt(
+        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+    ) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except CancelledError."""
         try:
             async with asyncio.timeout(self.config.timeout):
                 try:
-                    return await self._fetcher.fetch(client, request)
+                    return await self._fetcher.fetch(client, request, on_sent)
                 except Exception as exc:
                     return self._fetcher.unexpected(request.url, exc)
         except TimeoutError:

@@ -27,10 +27,10 @@ The whole concurrency of a crawl::
 
     async def worker(receiver):
         async for request in receiver:
-            state.attempt_started(request, now=trio.current_time())
-            await store.before_attempt(request)
+            state.attempt_started(request, now=trio.current_time(), sent_later=True)
             with trio.move_on_after(timeout):           # bounds one attempt
-                outcome = await fetch(client, request.url)
+                outcome = await fetch(client, request.url, on_sent=sent)  # written: the
+                                                        # host's delay runs from then
             result = state.attempt_finished(request, outcome, now=trio.current_time())
             if isinstance(result, Committing):          # a durable store keeps it first
                 await store.settle(request)             # ... and then the record is made
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
     from ._clients import Client
+    from ._fetch import OnSent
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -190,11 +191,13 @@ class Crawler(CrawlerBase):
             result = await function()
         return result
 
-    async def _attempt(self, client: Client, request: FetchRequest) -> Outcome:
+    async def _attempt(
+        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+    ) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except Cancelled."""
         with trio.move_on_after(self.config.timeout):
             try:
-                return await self._fetcher.fetch(client, request)
+                return await self._fetcher.fetch(client, request, on_sent)
             except Exception as exc:
                 return self._fetcher.unexpected(request.url, exc)
         return self._fetcher.timed_out(request)

@@ -1,0 +1,205 @@
+"""A host's delay runs from when its request was written, not from when the attempt began.
+
+With more than one request at a time to a host (``--max-per-host 2``), a request that has
+to open a connection reaches the server only after the connection is made: over HTTPS,
+after a handshake that a far or busy server makes slow. Timed from the attempt's start,
+the next request, on a connection already open, would reach the server that much less
+than the delay after it. So the crawler times the delay from the moment its transport
+reports the request's head written (the ``trace`` event httpx's transports send, and
+ours), and holds the host's next request until then (docs/manners.md, "When the delay's
+clock starts").
+
+The scenario, on a real TLS server: every handshake waits 0.6 of the delay and every page
+takes 1.6 delays to answer, so a page's request goes out while the one before it still
+holds the connection, on a new connection, and the next one finds the first connection
+free. The server notes when each request's head arrives; every gap is checked against
+the delay, on every engine and store. Timed from the attempts' starts, one gap was 0.4
+of the delay.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import trustme
+from redis_server import RedisServer, running_redis
+
+from trio_crawler._clients import choose_http_library, default_ssl_context, open_client
+from trio_crawler._events import FetchError, Response
+from trio_crawler._fetch import fetch
+
+from conftest import Engine
+from httpserver import Reply, Request, open_test_server
+from mock_http import streaming_transport
+from support import HANG_LIMIT, crawl, page
+
+pytestmark = pytest.mark.anyio
+
+PAGES = 4
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def server_context(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context
+
+
+@pytest.fixture
+def trusting_crawler(
+    ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """The crawler's own clients trust the test CA: OpenSSL reads ``SSL_CERT_FILE`` when
+    the crawl's shared context is made, so it is made afresh here, and after."""
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    monkeypatch.setenv("SSL_CERT_DIR", "")
+    default_ssl_context.cache_clear()
+    yield
+    default_ssl_context.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.mark.usefixtures("trusting_crawler")
+@pytest.mark.parametrize("store", ["memory", "sqlite", "redis"])
+async def test_a_slow_connection_takes_nothing_from_the_next_gap(
+    engine: Engine,
+    store: str,
+    server_context: ssl.SSLContext,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    # On the virtual clock in whole delays; on asyncio's real clock a fifth of a second,
+    # long beside the scheduling of one loaded process.
+    delay = 1.0 if engine.virtual_time else 0.2
+    options: dict[str, Any] = {}
+    if store == "sqlite":
+        options["state"] = str(tmp_path / "crawl.db")
+    elif store == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        options.update(frontier=redis.url(), crawl_id=f"sent-{engine.name}-{store}")
+
+    async def answer(request: Request) -> Reply:
+        if request.target == "/robots.txt":
+            return Reply(status=404, body=b"")
+        await anyio.sleep(1.6 * delay)
+        number = 0 if request.target == "/" else int(request.target.removeprefix("/p"))
+        return page(*(f"/p{n}" for n in range(1, PAGES + 1))) if number == 0 else page()
+
+    async with open_test_server(ssl_context=server_context, handshake_delay=0.6 * delay) as server:
+        server.fallback(answer)
+        crawler = await crawl(
+            engine, server.url(), delay=delay, max_per_host=2, max_tasks=4, adapt=False, **options
+        )
+    assert sorted(record.url for record in crawler.done) == sorted(
+        [server.url(), *(server.url(f"/p{n}") for n in range(1, PAGES + 1))]
+    )
+    assert all(record.status == 200 for record in crawler.done)
+
+    assert server.connections >= 2  # the scenario happened: a page went on a new connection
+    gaps = [later - earlier for earlier, later in pairwise(server.arrivals)]
+    # Exact on the virtual clock; on the real one a server task may read a request a few
+    # milliseconds late, which can make the next gap look that much shorter.
+    slack = 1e-6 if engine.virtual_time else 0.02
+    assert min(gaps) >= delay - slack, list(zip(server.requests[1:], gaps, strict=True))
+
+
+# -- the event, from each transport --------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["lean", "httpx"])
+async def test_the_written_head_is_reported_once_before_the_answer_is_read(
+    transport: str,
+) -> None:
+    """Both transports, ours and httpx's own (``TRIO_CRAWLER_TRANSPORT=httpx``), send the
+    event (:data:`SENT_EVENT`) once per request, after the connection is made and before
+    the answer is read."""
+    events: list[str] = []
+
+    async def answer(request: Request) -> Reply:
+        events.append("arrived")
+        return Reply.html("page")
+
+    async def on_sent() -> None:
+        events.append("sent")
+
+    async with open_test_server({"/": answer}) as server:
+        client = open_client(library=choose_http_library(), max_connections=1, transport=transport)
+        try:
+            with anyio.fail_after(HANG_LIMIT):
+                for _ in range(2):  # a new connection, then the same one again
+                    outcome = await fetch(client, server.url(), on_sent=on_sent)
+                    assert isinstance(outcome, Response)
+                    events.append("answered")
+        finally:
+            await client.aclose()
+    assert server.connections == 1
+    # "sent" comes after the request was written: the server may read it first, or not.
+    assert sorted(events[:2]) == ["arrived", "sent"]
+    assert events[2] == "answered"
+    assert sorted(events[3:5]) == ["arrived", "sent"]
+    assert events[5] == "answered"
+    assert len(events) == 6, events
+
+
+@pytest.mark.parametrize("transport", ["lean", "httpx"])
+async def test_a_request_that_never_went_reports_nothing(transport: str) -> None:
+    calls: list[str] = []
+
+    async def on_sent() -> None:
+        calls.append("sent")
+
+    async with open_test_server() as server:
+        port = server.port  # closed now: nothing listens there
+    client = open_client(library=choose_http_library(), max_connections=1, transport=transport)
+    try:
+        with anyio.fail_after(HANG_LIMIT):
+            outcome = await fetch(client, f"http://127.0.0.1:{port}/", on_sent=on_sent)
+    finally:
+        await client.aclose()
+    assert isinstance(outcome, FetchError)
+    assert outcome.error.startswith("ConnectError")
+    assert calls == []
+
+
+async def test_a_callers_client_is_trusted_to_report_once_it_has(engine: Engine) -> None:
+    """A caller's ``AsyncClient`` on httpx's own transport reports its writes; a test's
+    ``MockTransport`` never does, and its crawl times each delay from the attempt's start,
+    as before."""
+    async with (
+        open_test_server({"/": Reply.html("page")}) as server,
+        httpx.AsyncClient() as client,
+    ):
+        crawler = engine.crawler([server.url()], client=client, obey_robots=False)
+        assert not crawler._fetcher.reports_sending
+        with anyio.fail_after(HANG_LIMIT):
+            await crawler.crawl()
+        assert crawler._fetcher.reports_sending
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, html="page")
+
+    async with httpx.AsyncClient(transport=streaming_transport(handler)) as mock:
+        crawler = engine.crawler(["http://example.com/"], client=mock, obey_robots=False)
+        with anyio.fail_after(HANG_LIMIT):
+            await crawler.crawl()
+        assert not crawler._fetcher.reports_sending
+    assert [record.status for record in crawler.done] == [200]

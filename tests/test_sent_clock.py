@@ -33,7 +33,7 @@ from redis_server import RedisServer, running_redis
 
 from trio_crawler._clients import choose_http_library, default_ssl_context, open_client
 from trio_crawler._events import FetchError, Response
-from trio_crawler._fetch import fetch
+from trio_crawler._fetch import _trace, fetch
 
 from conftest import Engine
 from httpserver import Reply, Request, open_test_server
@@ -130,8 +130,8 @@ async def test_the_written_head_is_reported_once_before_the_answer_is_read(
     transport: str,
 ) -> None:
     """Both transports, ours and httpx's own (``TRIO_CRAWLER_TRANSPORT=httpx``), send the
-    event (:data:`SENT_EVENT`) once per request, after the connection is made and before
-    the answer is read."""
+    event ``http11.send_request_headers.complete`` once per request, after the connection
+    is made and before the answer is read."""
     events: list[str] = []
 
     async def answer(request: Request) -> Reply:
@@ -203,3 +203,24 @@ async def test_a_callers_client_is_trusted_to_report_once_it_has(engine: Engine)
             await crawler.crawl()
         assert not crawler._fetcher.reports_sending
     assert [record.status for record in crawler.done] == [200]
+
+
+async def test_of_the_trace_events_only_a_written_head_counts() -> None:
+    """HTTP/1.1's and (a caller's client may speak it) HTTP/2's; not the connection's, not
+    the head's start, not the body's."""
+    heard: list[str] = []
+
+    async def on_sent() -> None:
+        heard.append("sent")
+
+    for event in (
+        "connection.connect_tcp.complete",
+        "connection.start_tls.complete",
+        "http11.send_request_headers.started",
+        "http11.send_request_headers.complete",
+        "http11.send_request_body.complete",
+        "http2.send_request_headers.complete",
+        "http11.receive_response_headers.complete",
+    ):
+        await _trace(on_sent, event, {})
+    assert heard == ["sent", "sent"]

@@ -88,9 +88,12 @@ if TYPE_CHECKING:
 # 500 KiB and lets them ignore the rest. A larger file is cut there, not failed.
 ROBOTS_MAX_SIZE = 500 * 1024
 
-#: The ``trace`` event of httpx's transports (httpcore's) and of ours once a request's head
-#: has been written to its connection: from then on the server may have it.
-SENT_EVENT = "http11.send_request_headers.complete"
+#: The ``trace`` events of httpx's transports (httpcore's) and of ours once a request's
+#: head has been written to its connection, over HTTP/1.1 or (a caller's client) HTTP/2:
+#: from then on the server may have it.
+SENT_EVENTS = frozenset(
+    {"http11.send_request_headers.complete", "http2.send_request_headers.complete"}
+)
 
 
 @functools.cache
@@ -153,7 +156,7 @@ async def fetch(
         headers: More headers for this request, over the client's own (the crawl's
             ``--header`` values, for a client that does not carry them).
         on_sent: Awaited once the request's head has been written to its connection
-            (:data:`SENT_EVENT`, through the request's ``trace`` extension), before its
+            (:data:`SENT_EVENTS`, through the request's ``trace`` extension), before its
             answer is read: the moment a host's delay runs from. Not awaited if the
             request never went (no connection), nor by a transport that does not trace.
 
@@ -224,7 +227,7 @@ async def fetch(
 
 async def _trace(on_sent: OnSent, event: str, info: object) -> None:
     """A request's ``trace`` extension: of all the events, only the written head counts."""
-    if event == SENT_EVENT:
+    if event in SENT_EVENTS:
         await on_sent()
 
 

@@ -205,7 +205,11 @@ class _DelayedListener(anyio.abc.Listener[anyio.abc.SocketStream]):
         task_group: anyio.abc.TaskGroup | None = None,
     ) -> None:
         async def delayed(stream: anyio.abc.SocketStream) -> None:
-            await anyio.sleep(self._delay)
+            try:
+                await anyio.sleep(self._delay)
+            except BaseException:  # the server closing: the connection goes with it
+                await anyio.aclose_forcefully(stream)
+                raise
             await handler(stream)
 
         await self._listener.serve(delayed, task_group)

@@ -34,6 +34,7 @@ from redis_server import RedisServer, running_redis
 from trio_crawler._clients import choose_http_library, default_ssl_context, open_client
 from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import _trace, fetch
+from trio_crawler._transport import choose_transport
 
 from conftest import Engine
 from httpserver import Reply, Request, open_test_server
@@ -120,6 +121,43 @@ async def test_a_slow_connection_takes_nothing_from_the_next_gap(
     # milliseconds late, which can make the next gap look that much shorter.
     slack = 1e-6 if engine.virtual_time else 0.02
     assert min(gaps) >= delay - slack, list(zip(server.requests[1:], gaps, strict=True))
+
+
+@pytest.mark.usefixtures("trusting_crawler")
+async def test_a_request_that_never_went_holds_its_host_only_until_its_attempt_ends(
+    engine: Engine, server_context: ssl.SSLContext
+) -> None:
+    """Every handshake outlasts the attempt's timeout: no request is ever written, so
+    none starts its host's delay, and each attempt's end lets the next URL go (a held
+    host would stop the crawl there for good)."""
+    if choose_transport() == "httpx":
+        pytest.skip(
+            "httpcore closes a connection whose TLS handshake fails, not one cancelled in"
+            " it: the socket is left to the garbage collector (a ResourceWarning)"
+        )
+    timeout = engine.seconds(1.0)
+    async with open_test_server(
+        {"/": page("/a", "/b"), "/a": page(), "/b": page()},
+        ssl_context=server_context,
+        handshake_delay=3 * timeout,
+    ) as slow:
+        roots = [slow.url(), slow.url("/a"), slow.url("/b")]
+        crawler = await crawl(
+            engine,
+            roots,
+            delay=timeout / 2,
+            max_per_host=2,
+            timeout=timeout,
+            max_tries=2,
+            obey_robots=False,
+        )
+    records = {record.url: record for record in crawler.done}
+    assert sorted(records) == sorted(roots)
+    for record in records.values():
+        assert record.status is None
+        assert record.exception is not None
+        assert record.exception.startswith("TimeoutError"), record.exception
+    assert slow.requests == []
 
 
 # -- the event, from each transport --------------------------------------------------------

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import trustme
 from trio.testing import MockClock
 
 from trio_crawler._cli import ENGINES, engine_class
@@ -77,3 +79,17 @@ def anyio_backend(request: pytest.FixtureRequest, engine: Engine) -> tuple[str, 
     if engine.virtual_time and request.node.get_closest_marker("real_time") is None:
         return ("trio", {"clock": MockClock(autojump_threshold=AUTOJUMP_THRESHOLD)})
     return (engine.backend, {})
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    """A test certificate authority, for HTTPS test servers (one per test module)."""
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def server_context(ca: trustme.CA) -> ssl.SSLContext:
+    """A server's SSL context with a certificate for 127.0.0.1 from :func:`ca`."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context

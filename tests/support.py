@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 import trio
 
 from trio_crawler import FetchStatistic
@@ -96,6 +97,20 @@ def page(*hrefs: str, extra: str = "") -> Reply:
     ``extra`` HTML after the links."""
     links = "".join(f'<a href="{href}">{href}</a>\n' for href in hrefs)
     return Reply.html(f"<html><body>{links}{extra}</body></html>")
+
+
+def store_options(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, crawl_id: str
+) -> dict[str, Any]:
+    """The crawl options that put a crawl on ``store`` (``memory``, ``sqlite`` or
+    ``redis``): a state file under ``tmp_path``, or the module's ``redis_server`` fixture
+    with ``crawl_id``."""
+    if store == "sqlite":
+        return {"state": str(tmp_path / "crawl.db")}
+    if store == "redis":
+        server = request.getfixturevalue("redis_server")
+        return {"frontier": server.url(), "crawl_id": crawl_id}
+    return {}
 
 
 async def crawl(

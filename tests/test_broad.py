@@ -38,7 +38,7 @@ from trio_crawler._stores import open_store
 
 from conftest import Engine
 from httpserver import Reply, Request, open_hosts
-from support import crawl, page
+from support import crawl, page, store_options
 
 pytestmark = pytest.mark.anyio
 
@@ -92,12 +92,7 @@ async def crawl_hosts(engine: Engine, **options: Any) -> tuple[Any, dict[str, li
 async def test_every_host_keeps_its_delay_as_its_server_sees_it(
     engine: Engine, store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    options: dict[str, Any] = {}
-    if store == "sqlite":
-        options["state"] = str(tmp_path / "crawl.db")
-    elif store == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
-        options.update(frontier=server.url(), crawl_id=f"broad-{engine.name}")
+    options = store_options(store, tmp_path, request, f"broad-{engine.name}")
     crawler, arrivals, delay = await crawl_hosts(engine, **options)
     urls = [record.url for record in crawler.done]
     assert len(urls) == len(set(urls)) == HOSTS * PAGES

@@ -23,7 +23,6 @@ import ssl
 from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -39,23 +38,11 @@ from trio_crawler._transport import choose_transport
 from conftest import Engine
 from httpserver import Reply, Request, open_test_server
 from mock_http import streaming_transport
-from support import HANG_LIMIT, crawl, page
+from support import HANG_LIMIT, crawl, page, store_options
 
 pytestmark = pytest.mark.anyio
 
 PAGES = 4
-
-
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="module")
-def server_context(ca: trustme.CA) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(context)
-    return context
 
 
 @pytest.fixture
@@ -91,12 +78,7 @@ async def test_a_slow_connection_takes_nothing_from_the_next_gap(
     # On the virtual clock in whole delays; on asyncio's real clock a fifth of a second,
     # long beside the scheduling of one loaded process.
     delay = 1.0 if engine.virtual_time else 0.2
-    options: dict[str, Any] = {}
-    if store == "sqlite":
-        options["state"] = str(tmp_path / "crawl.db")
-    elif store == "redis":
-        redis: RedisServer = request.getfixturevalue("redis_server")
-        options.update(frontier=redis.url(), crawl_id=f"sent-{engine.name}-{store}")
+    options = store_options(store, tmp_path, request, f"sent-{engine.name}")
 
     async def answer(request: Request) -> Reply:
         if request.target == "/robots.txt":

@@ -40,18 +40,6 @@ SITE = {
 }
 
 
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="module")
-def server_context(ca: trustme.CA) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(context)
-    return context
-
-
 async def test_a_certificate_from_an_unknown_ca_is_a_failure_record(
     engine: Engine, server_context: ssl.SSLContext
 ) -> None:

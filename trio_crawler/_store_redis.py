@@ -657,9 +657,9 @@ class RedisFrontier:
         crawl short of workers goes in the server's order, and up to this process's share
         of the crawl's leases, so that the processes share the origins (lua/step.lua).
         Only with one request at a time to a host (``--max-per-host 1``, the broad crawl's
-        setting), whose delay runs from the last answer's end: timed from a start, as with
-        more at a time, a request started on time would come that much early after one
-        whose start was told a round trip before it went out.
+        setting), whose delay runs from the last answer's end: with more at a time, each
+        start waits for the server to hear that the request before it has gone out
+        (:meth:`request_sent`), which a lease ahead would skip.
         """
         if self.config.max_per_host != 1:
             return

@@ -19,12 +19,16 @@ of the delay.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from itertools import pairwise
 from pathlib import Path
 
 import anyio
+import anyio.abc
+import httpcore
 import httpx
 import pytest
 import trustme
@@ -32,7 +36,7 @@ from redis_server import RedisServer, running_redis
 
 from trio_crawler._clients import choose_http_library, default_ssl_context, open_client
 from trio_crawler._events import FetchError, Response
-from trio_crawler._fetch import _trace, fetch
+from trio_crawler._fetch import _SentTrace, fetch
 from trio_crawler._transport import choose_transport
 
 from conftest import Engine
@@ -227,20 +231,99 @@ async def test_a_callers_client_is_trusted_to_report_once_it_has(engine: Engine)
 
 async def test_of_the_trace_events_only_a_written_head_counts() -> None:
     """HTTP/1.1's and (a caller's client may speak it) HTTP/2's; not the connection's, not
-    the head's start, not the body's."""
+    the head's start, not the body's, and not a proxy tunnel's CONNECT."""
     heard: list[str] = []
 
     async def on_sent() -> None:
         heard.append("sent")
 
-    for event in (
-        "connection.connect_tcp.complete",
-        "connection.start_tls.complete",
-        "http11.send_request_headers.started",
-        "http11.send_request_headers.complete",
-        "http11.send_request_body.complete",
-        "http2.send_request_headers.complete",
-        "http11.receive_response_headers.complete",
+    connect = httpcore.Request(b"CONNECT", "http://proxy.test:3128/")
+    get = httpcore.Request(b"GET", "https://site.test/")
+    trace = _SentTrace(on_sent)
+    for event, info in (
+        ("connection.connect_tcp.complete", {}),
+        ("http11.send_request_headers.started", {"request": connect}),
+        ("http11.send_request_headers.complete", {"return_value": None}),
+        ("connection.start_tls.complete", {}),
+        ("http11.send_request_headers.started", {"request": get}),
+        ("http11.send_request_headers.complete", {"return_value": None}),
+        ("http11.send_request_body.complete", {}),
+        ("http11.receive_response_headers.complete", {}),
     ):
-        await _trace(on_sent, event, {})
+        await trace(event, info)
+    assert heard == ["sent"]
+    await _SentTrace(on_sent)("http2.send_request_headers.complete", {})
     assert heard == ["sent", "sent"]
+
+
+@asynccontextmanager
+async def open_tunnel_proxy() -> AsyncIterator[tuple[str, list[str]]]:
+    """An HTTPS proxy on 127.0.0.1: it answers each ``CONNECT host:port`` by connecting
+    there and passing bytes both ways. Yields its URL and the CONNECT lines it read."""
+    connects: list[str] = []
+
+    async def pipe(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            async for data in source:
+                await sink.send(data)
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await sink.send_eof()  # type: ignore[attr-defined]
+
+    async def serve(client: anyio.abc.SocketStream) -> None:
+        async with client:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await client.receive()
+            line = head.split(b"\r\n", 1)[0].decode("ascii")
+            connects.append(line)
+            host, port = line.split()[1].rsplit(":", 1)
+            async with await anyio.connect_tcp(host, int(port)) as upstream:
+                await client.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                async with anyio.create_task_group() as pipes:
+                    pipes.start_soon(pipe, client, upstream)
+                    pipes.start_soon(pipe, upstream, client)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as task_group:
+        task_group.start_soon(listener.serve, serve, task_group)
+        yield f"http://127.0.0.1:{port}", connects
+        task_group.cancel_scope.cancel()
+
+
+@pytest.mark.usefixtures("trusting_crawler")
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_through_a_proxy_tunnel_the_request_not_the_connect_starts_the_clock(
+    server_context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a proxy in the environment the crawler's clients are httpx's own, which send
+    the tunnel's CONNECT with the request's ``trace``: the one report comes once the
+    request itself is written, after the site's slow handshake through the tunnel."""
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    handshake = 0.3
+    sent: list[float] = []
+
+    async def on_sent() -> None:
+        sent.append(anyio.current_time())
+
+    async with (
+        open_test_server(
+            {"/": Reply.html("page")}, ssl_context=server_context, handshake_delay=handshake
+        ) as site,
+        open_tunnel_proxy() as (proxy, connects),
+    ):
+        monkeypatch.setenv("HTTPS_PROXY", proxy)
+        client = open_client(library=choose_http_library(), max_connections=1)
+        try:
+            with anyio.fail_after(HANG_LIMIT):
+                began = anyio.current_time()
+                outcome = await fetch(client, site.url(), on_sent=on_sent)
+        finally:
+            await client.aclose()
+    assert isinstance(outcome, Response), outcome
+    assert outcome.status == 200
+    assert connects == [f"CONNECT 127.0.0.1:{site.port} HTTP/1.1"]
+    assert len(sent) == 1
+    assert sent[0] - began >= handshake
+    assert sent[0] <= site.arrivals[0] + 0.05  # not long after the site read it

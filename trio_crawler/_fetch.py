@@ -94,6 +94,9 @@ ROBOTS_MAX_SIZE = 500 * 1024
 SENT_EVENTS = frozenset(
     {"http11.send_request_headers.complete", "http2.send_request_headers.complete"}
 )
+HEAD_STARTED_EVENTS = frozenset(
+    {"http11.send_request_headers.started", "http2.send_request_headers.started"}
+)
 
 
 @functools.cache
@@ -173,7 +176,7 @@ async def fetch(
         sent += headers
         extensions: dict[str, Any] | None = None
         if on_sent is not None:
-            extensions = {"trace": functools.partial(_trace, on_sent)}
+            extensions = {"trace": _SentTrace(on_sent)}
         async with client.stream(
             "GET", url, headers=sent or None, extensions=extensions
         ) as response:
@@ -225,10 +228,28 @@ async def fetch(
     )
 
 
-async def _trace(on_sent: OnSent, event: str, info: object) -> None:
-    """A request's ``trace`` extension: of all the events, only the written head counts."""
-    if event in SENT_EVENTS:
-        await on_sent()
+class _SentTrace:
+    """A request's ``trace`` extension: of all the events, only its written head counts.
+
+    Through an HTTPS proxy httpcore first sends the tunnel's ``CONNECT`` with the same
+    extensions, so the same events come for it first: its written head, announced by a
+    ``.started`` event whose request is the ``CONNECT``, is not the request's.
+    """
+
+    __slots__ = ("_on_sent", "_tunnel")
+
+    def __init__(self, on_sent: OnSent) -> None:
+        self._on_sent = on_sent
+        self._tunnel = False
+
+    async def __call__(self, event: str, info: Mapping[str, Any]) -> None:
+        if event in SENT_EVENTS:
+            if self._tunnel:
+                self._tunnel = False  # the tunnel's CONNECT went; the request comes next
+            else:
+                await self._on_sent()
+        elif event in HEAD_STARTED_EVENTS:
+            self._tunnel = getattr(info.get("request"), "method", None) == b"CONNECT"
 
 
 async def _read_body(

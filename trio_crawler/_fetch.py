@@ -70,6 +70,7 @@ from ._connections import CrawlConnections
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._sitemaps import MAX_SITEMAP_BYTES
+from ._transport import HEAD_WRITTEN
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -91,9 +92,7 @@ ROBOTS_MAX_SIZE = 500 * 1024
 #: The ``trace`` events of httpx's transports (httpcore's) and of ours once a request's
 #: head has been written to its connection, over HTTP/1.1 or (a caller's client) HTTP/2:
 #: from then on the server may have it.
-SENT_EVENTS = frozenset(
-    {"http11.send_request_headers.complete", "http2.send_request_headers.complete"}
-)
+SENT_EVENTS = frozenset({HEAD_WRITTEN, "http2.send_request_headers.complete"})
 HEAD_STARTED_EVENTS = frozenset(
     {"http11.send_request_headers.started", "http2.send_request_headers.started"}
 )

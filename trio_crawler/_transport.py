@@ -29,8 +29,8 @@ is then made at the first https connection, so a crawl of http:// sites never lo
 system's CA certificates (20-40 ms of every start).
 
 Of httpcore's ``trace`` events (a request's extension) it sends the one the crawler
-needs, ``http11.send_request_headers.complete``, under the same name: a host's delay runs
-from it (docs/manners.md, "When the delay's clock starts").
+needs, ``http11.send_request_headers.complete`` (:data:`HEAD_WRITTEN`), under the same
+name: a host's delay runs from it (docs/manners.md, "When the delay's clock starts").
 
 What it does not do: HTTP/2, proxies (the crawler uses httpx's own transport when the
 environment names a proxy), request bodies other than bytes (the crawler sends GETs).
@@ -87,6 +87,9 @@ READ_SIZE = 65536
 # request takes a while to reach it. A delay close to N would otherwise meet each close.
 KEEP_ALIVE_MARGIN = 1.0
 DEFAULT_PORTS = {b"http": 80, b"https": 443, "http": 80, "https": 443}
+# httpcore's ``trace`` event once an HTTP/1.1 request's head is written, which this
+# transport sends under the same name.
+HEAD_WRITTEN = "http11.send_request_headers.complete"
 
 
 def choose_transport() -> str:
@@ -320,7 +323,7 @@ def lean_transport_class(
                         h11.Request(method=method, target=target, headers=headers)
                     )
                     if trace is not None:
-                        await trace("http11.send_request_headers.complete", {})
+                        await trace(HEAD_WRITTEN, {})
                     if body:
                         await connection.send(h11.Data(data=body))
                     await connection.send(h11.EndOfMessage())

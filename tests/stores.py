@@ -157,8 +157,9 @@ def _drive_through_portal(
 ) -> None:
     """Open the store's session in an event loop of its own, and around each step of the
     core make the calls the engine shell would await: a flush (and a lease of work) before
-    a request is handed out, request_sent() as an attempt starts, settle() when a URL
-    is done, a flush after anything else that changed the store."""
+    a request is handed out, request_sent() as an attempt starts (as for a transport that
+    does not report when it writes a request), settle() when a URL is done, a flush after
+    anything else that changed the store."""
     portal: BlockingPortal = cleanup.enter_context(start_blocking_portal(backend="trio"))
     clock = [0.0]
     runtime = StoreRuntime(

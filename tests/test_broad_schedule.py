@@ -154,13 +154,14 @@ def core_maker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.mark.parametrize(("per_host", "told_first"), [(1, False), (2, True)])
-def test_a_start_is_told_before_the_request_only_if_the_host_may_have_another(
+def test_a_start_is_told_in_a_call_of_its_own_only_if_the_host_may_have_another(
     redis_server: RedisServer, tmp_path: Path, per_host: int, told_first: bool
 ) -> None:
     """A shared crawl: with one request at a time to a host, the server needs a start's
     time only for the host's pace (the next request waits for this one's end), so it goes,
     timed, with the process's next call and the request waits for no round trip. With more
-    at a time, the host's next request waits for it, so it is sent before the request."""
+    at a time, the host's next request waits for it, so it is sent in a call of its own
+    as the request goes (request_sent)."""
     with contextlib.ExitStack() as cleanup:
         state, _ = make_core(
             "redis",
@@ -175,7 +176,7 @@ def test_a_start_is_told_before_the_request_only_if_the_host_may_have_another(
         request = state.next_request(now=0.0)
         assert request is not None
         assert request.url == host_url(0)
-        state.attempt_started(request, now=0.25)  # and request_sent(), as an engine does
+        state.attempt_started(request, now=0.25)  # the start, before request_sent()
         store: Any = state.frontier
         waiting = [op for op in store._ops if op["k"] == "started"]
         if told_first:

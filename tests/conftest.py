@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import trustme
+from redis_server import RedisServer, running_redis
 from trio.testing import MockClock
 
 from trio_crawler._cli import ENGINES, engine_class
@@ -93,3 +94,10 @@ def server_context(ca: trustme.CA) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(context)
     return context
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server on a free port, one per test module that asks for it."""
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server

@@ -17,7 +17,7 @@ import heapq
 import os
 import signal
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
 from itertools import pairwise
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
-from redis_server import RedisServer, running_redis
+from redis_server import RedisServer
 
 from trio_crawler import _store_redis
 from trio_crawler._config import CrawlConfig
@@ -46,12 +46,6 @@ T = TypeVar("T")
 
 HOSTS = 10
 PAGES = 4  # a host's pages link in a chain, the last one to the next host's root
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 async def crawl_hosts(engine: Engine, **options: Any) -> tuple[Any, dict[str, list[float]], float]:

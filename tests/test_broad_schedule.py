@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 import pytest
-from redis_server import RedisServer, running_redis
+from redis_server import RedisServer
 from stores import STORES, make_core
 
 from trio_crawler import _store_sqlite
@@ -128,12 +128,6 @@ def simulate(
     run.end = now
     assert state.finished or until < float("inf")
     return run
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 @pytest.fixture(params=STORES)

@@ -197,12 +197,6 @@ def check_found_through(
 # -- the core, on every store ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
 def crawl_by_hand(
     state: CrawlState,
     written: list[FetchStatistic],

@@ -32,7 +32,6 @@ import httpcore
 import httpx
 import pytest
 import trustme
-from redis_server import RedisServer, running_redis
 
 from trio_crawler._clients import choose_http_library, default_ssl_context, open_client
 from trio_crawler._events import FetchError, Response
@@ -62,12 +61,6 @@ def trusting_crawler(
     default_ssl_context.cache_clear()
     yield
     default_ssl_context.cache_clear()
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 @pytest.mark.usefixtures("trusting_crawler")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,4 +101,12 @@ def server_context(ca: trustme.CA) -> ssl.SSLContext:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A real redis-server on a free port, one per test module that asks for it."""
     with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server of the test's own, for a test that needs one nothing else
+    touched (a fresh crawl id on ``redis_server`` serves most others)."""
+    with running_redis(tmp_path / "redis") as server:
         yield server

@@ -21,7 +21,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -37,12 +37,6 @@ SEED = int(os.environ.get("CLUSTER_TEST_SEED", "20261124"))
 # The contract: every process learns the end within 2 s. Measured from the last page the
 # site served to each process's exit, which includes writing its report.
 END_WITHIN = 2.0
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_redis(tmp_path / "redis") as server:
-        yield server
 
 
 def test_without_redis_server_a_test_fails_with_one_line_saying_what_to_install(

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import coredis
 import pytest
 import trio
-from redis_server import RedisServer, running_redis
+from redis_server import RedisServer
 from sites import Site, run_child
 from test_cluster import command, one_line_error
 
@@ -38,12 +37,6 @@ from httpserver import open_test_server
 from support import HANG_LIMIT, read_records
 
 SEED = 20261125
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_redis(tmp_path / "redis") as server:
-        yield server
 
 
 async def create_crawl(

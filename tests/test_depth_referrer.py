@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import random
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +39,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis_server import RedisServer, running_redis
+from redis_server import RedisServer
 from stores import STORES, make_core
 
 from trio_crawler import FetchStatistic, engine_trio
@@ -381,12 +380,6 @@ async def test_a_resumed_state_crawl_takes_depth_and_referrer_from_its_file(
     exactly_the_walk(records, walk(site, url_of))
     # The second run's own records have referrers too (the file kept them).
     assert all(record.referrer is not None for record in records.values() if record not in made)
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_redis(tmp_path / "redis") as server:
-        yield server
 
 
 @pytest.mark.trio

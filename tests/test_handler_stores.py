@@ -20,12 +20,11 @@ import random
 import signal
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from redis_server import RedisServer, running_redis
+from redis_server import RedisServer
 from sites import Site, run_child
 
 from trio_crawler._cli import ENGINES
@@ -153,12 +152,6 @@ async def test_items_are_written_once_through_kills_and_resumes(
     assert found == expected, f"{sum((found - expected).values())} extra: {context}"
     again = sum(count - 1 for count in site.fetched.values())
     assert 0 < again <= kills * MAX_TASKS or kills == 0, context
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_redis(tmp_path / "redis") as server:
-        yield server
 
 
 @pytest.mark.trio

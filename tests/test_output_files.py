@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from redis_server import RedisServer, free_port, running_redis
+from redis_server import RedisServer, free_port
 
 from httpserver import open_test_server
 from support import HANG_LIMIT, page, read_records, run_cli
@@ -37,12 +36,6 @@ def existing_files(tmp_path: Path) -> tuple[Path, Path]:
 def assert_untouched(output: Path, warc: Path) -> None:
     assert output.read_bytes() == EXISTING_LINES
     assert warc.read_bytes() == EXISTING_WARC
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_redis(tmp_path / "redis") as server:
-        yield server
 
 
 @pytest.mark.trio

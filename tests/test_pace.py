@@ -13,7 +13,7 @@ import math
 import random
 
 import pytest
-from test_state import ORIGIN, make_state, open_origin, redis_server, store, take  # noqa: F401
+from test_state import ORIGIN, make_state, open_origin, store, take  # noqa: F401
 
 from trio_crawler._counts import SLOWED_ORIGINS
 from trio_crawler._events import FetchError, FetchRequest, Response

@@ -10,23 +10,16 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from redis_server import RedisServer, running_redis
+from redis_server import RedisServer
 
 from pushback_server import Metrics, PushbackOptions, open_pushback_server
 from support import read_records
 
 OPTIONS = PushbackOptions(hosts=1, pages=60, rate=20.0, burst=5, cap=4)
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_redis(tmp_path / "redis") as server:
-        yield server
 
 
 async def crawl(processes: int, redis: RedisServer, tmp_path: Path, name: str) -> Metrics:

@@ -43,7 +43,6 @@ from trio_crawler._redis import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 LIMIT = 20.0
@@ -53,12 +52,6 @@ LIMIT = 20.0
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     backend: str = request.param
     return backend
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_redis(tmp_path / "redis") as server:
-        yield server
 
 
 def client_for(url: str, *, answer_timeout: float = 5.0) -> Redis:

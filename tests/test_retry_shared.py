@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_server import RedisServer, running_redis
+from redis_server import RedisServer
 from stores import make_core
 
 from trio_crawler._events import Response
@@ -31,12 +30,6 @@ ROOTS = [ROOT, ROOT + "a", ROOT + "b"]
 JITTER_SEED = 3
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_redis(tmp_path / "redis") as server:
-        yield server
-
-
 @pytest.mark.parametrize(
     ("answer", "wait"),
     [
@@ -46,7 +39,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     ids=["retry-after", "backoff"],
 )
 def test_another_process_sends_nothing_to_the_origin_until_the_wait_ends(
-    redis_server: RedisServer, tmp_path: Path, answer: Response, wait: float
+    redis: RedisServer, tmp_path: Path, answer: Response, wait: float
 ) -> None:
     with contextlib.ExitStack() as cleanup:
 
@@ -57,7 +50,7 @@ def test_another_process_sends_nothing_to_the_origin_until_the_wait_ends(
                 "redis",
                 ROOTS,
                 tmp_path,
-                redis_url=redis_server.url(),
+                redis_url=redis.url(),
                 cleanup=cleanup,
                 crawl_id="shared",
                 max_tasks=1,

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_server import RedisServer, running_redis
 from stores import STORES, WALL_AT_ZERO, make_core
 
 from trio_crawler._config import MAX_HOST_DELAY
@@ -56,12 +55,6 @@ JITTER_SEED = 20240501
 # Every scenario runs on every store (tests/stores.py): the store the running test is
 # parametrised with, a directory for its files, the Redis server, and what to close.
 _store: dict[str, Any] = {}
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 # The scenarios whose order across origins the shared frontier does not keep. Its server

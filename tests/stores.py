@@ -62,12 +62,14 @@ def make_core(
     *,
     redis_url: str = "",
     cleanup: contextlib.ExitStack | None = None,
+    writes_reported: bool = False,
     **options: Any,
 ) -> tuple[CrawlState, list[FetchStatistic]]:
     """A core over ``store`` for a crawl of ``roots``, and the list its records go to.
 
     A Redis store needs the server's URL, and ``cleanup`` to leave its session (and stop
-    its event loop) when the test ends.
+    its event loop) when the test ends. With ``writes_reported`` the core is driven as by
+    a transport that says when it writes a request (:func:`_report_writes`).
     """
     written: list[FetchStatistic] = []
     if store == "sqlite":
@@ -92,7 +94,25 @@ def make_core(
     elif isinstance(frontier, RedisFrontier):
         assert cleanup is not None, "a Redis store needs cleanup"
         _drive_through_portal(state, frontier, written, cleanup)
+    if writes_reported:
+        _report_writes(state)
     return state, written
+
+
+def _report_writes(state: CrawlState) -> None:
+    """Start each attempt as an engine does when its transport reports writes: the host
+    held (``sent_later``) until ``request_sent``, which comes here at the same moment.
+
+    A scenario then steps the path a crawl on the crawler's own transport takes, and must
+    see what it sees on the other: a write at the attempt's start is the start."""
+    attempt_started = state.attempt_started
+    request_sent = state.request_sent
+
+    def attempt_started_reported(request: Any, *, now: float) -> None:
+        attempt_started(request, now=now, sent_later=True)
+        request_sent(request, now=now)
+
+    state.attempt_started = attempt_started_reported  # type: ignore[method-assign]
 
 
 def manual_runtime(state: CrawlState) -> StoreRuntime:
@@ -157,9 +177,9 @@ def _drive_through_portal(
 ) -> None:
     """Open the store's session in an event loop of its own, and around each step of the
     core make the calls the engine shell would await: a flush (and a lease of work) before
-    a request is handed out, request_sent() as an attempt starts (as for a transport that
-    does not report when it writes a request), settle() when a URL is done, a flush after
-    anything else that changed the store."""
+    a request is handed out, request_sent() as an attempt starts or, for a transport that
+    reports when it writes a request, as the core is told so, settle() when a URL is done,
+    a flush after anything else that changed the store."""
     portal: BlockingPortal = cleanup.enter_context(start_blocking_portal(backend="trio"))
     clock = [0.0]
     runtime = StoreRuntime(
@@ -182,6 +202,7 @@ def _drive_through_portal(
 
     next_request = state.next_request
     attempt_started = state.attempt_started
+    request_sent = state.request_sent
     attempt_finished = state.attempt_finished
     put_back = state.put_back
 
@@ -192,10 +213,17 @@ def _drive_through_portal(
         flush()  # the records of URLs settled unfetched, robots.txt turned away
         return request
 
-    def attempt_started_kept(request: Any, *, now: float) -> None:
+    def attempt_started_kept(request: Any, *, now: float, sent_later: bool = False) -> None:
         clock[0] = max(clock[0], now)
-        attempt_started(request, now=now)
+        attempt_started(request, now=now, sent_later=sent_later)
+        if not sent_later:
+            portal.call(store.request_sent, request)
+
+    def request_sent_kept(request: Any, *, now: float) -> bool:
+        clock[0] = max(clock[0], now)
+        let_go = request_sent(request, now=now)
         portal.call(store.request_sent, request)
+        return let_go
 
     def attempt_finished_kept(
         request: Any, outcome: Any, *, now: float, started: float | None = None
@@ -216,6 +244,7 @@ def _drive_through_portal(
 
     state.next_request = next_request_kept  # type: ignore[method-assign]
     state.attempt_started = attempt_started_kept  # type: ignore[method-assign]
+    state.request_sent = request_sent_kept  # type: ignore[method-assign]
     state.attempt_finished = attempt_finished_kept  # type: ignore[method-assign]
     state.put_back = put_back_kept  # type: ignore[method-assign]
     flush()  # the roots

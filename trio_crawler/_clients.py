@@ -142,7 +142,7 @@ def open_client(
     ``ssl_context`` the environment is always read, as it may name the CA certificates.
 
     The client is a :class:`TransportClient` on the crawler's own transport
-    (:mod:`trio_crawler._transport`: one keep-alive connection per origin, h11, no pool),
+    (:mod:`trio_crawler._transport`: one keep-alive connection per origin, no pool),
     unless ``TRIO_CRAWLER_TRANSPORT`` says ``httpx`` or the environment names a proxy: then
     it is an ``AsyncClient`` on httpx's own transport, which handles proxies. ``transport``
     (``lean`` or ``httpx``) overrides the variable.

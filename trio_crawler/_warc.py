@@ -224,13 +224,14 @@ def _request_target(url: str) -> str:
 def _stored_response_headers(headers: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     """The response headers to archive: as received, less Transfer-Encoding.
 
-    The body reaches us with its chunk framing already removed (h11 undoes it and does not
-    keep the raw bytes), so the stored payload is not chunked. A header still saying
-    ``Transfer-Encoding: chunked`` would make readers de-chunk it a second time. warcio's
-    ``ArcWarcRecord.content_stream`` falls back to the raw bytes when they do not parse as
-    chunks, but a body that happens to start like one (a hex number, CRLF) comes back
-    garbled, and a strict reader rejects the record outright. Chunked is the only
-    transfer coding h11 accepts, so the header never says anything else worth keeping.
+    The body reaches us with its chunk framing already removed (the HTTP reader, h11 or
+    the crawler's own, undoes it and does not keep the raw bytes), so the stored payload
+    is not chunked. A header still saying ``Transfer-Encoding: chunked`` would make
+    readers de-chunk it a second time. warcio's ``ArcWarcRecord.content_stream`` falls
+    back to the raw bytes when they do not parse as chunks, but a body that happens to
+    start like one (a hex number, CRLF) comes back garbled, and a strict reader rejects the
+    record outright. Chunked is the only transfer coding either reader accepts, so the
+    header never says anything else worth keeping.
     Content-Encoding stays: the body is stored still encoded, as the header says.
     """
     return [(name, value) for name, value in headers if name.lower() != "transfer-encoding"]

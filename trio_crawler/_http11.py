@@ -422,19 +422,14 @@ def _as_h11_gives(
 
 def _header_fields(section: bytes) -> list[tuple[bytes, bytes]]:
     """A header section's lines (each ending in a line feed) as (name in lower case,
-    value) pairs."""
-    return _header_lines(section.split(b"\n")[:-1])
-
-
-def _header_lines(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
-    """The same, from the lines: folded lines joined, and the first bad line named."""
+    value) pairs, folded lines joined first, as h11 joins them."""
+    lines = section.split(b"\n")[:-1]
+    if section[:1] in (b" ", b"\t"):
+        raise RemoteProtocolError("continuation line at start of headers")
+    if b"\n " in section or b"\n\t" in section:
+        lines = _unfolded(lines)  # obsolete line folding: a line continues the one before
     fields: list[tuple[bytes, bytes]] = []
-    for index, line in enumerate(lines):
-        if line[:1] in (b" ", b"\t"):
-            if index == 0:
-                raise RemoteProtocolError("continuation line at start of headers")
-            # Obsolete line folding: the line continues the one before.
-            return _header_lines(_unfolded(lines))
+    for line in lines:
         field = _HEADER_LINE.fullmatch(line)
         if field is None:
             raise RemoteProtocolError(f"illegal header line: {line[:100]!r}")

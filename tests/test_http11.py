@@ -363,6 +363,19 @@ def test_interim_answers_are_skipped() -> None:
     assert outcome == [(b"1.1", 200, b"OK"), [(b"content-length", b"2")], b"hi", "end"]
 
 
+def test_an_answer_to_head_has_no_body_whatever_its_length() -> None:
+    # RFC 9112 section 6.3: the Content-Length of a HEAD answer is the GET's, and no body
+    # follows; read as a body, it would swallow the next answer on a kept connection.
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"
+    assert read_all([answer], method="HEAD") == [
+        (b"1.1", 200, b"OK"),
+        [(b"content-length", b"5")],
+        "end",
+    ]
+    assert ours_reads("HEAD", [answer])[1] is True
+    assert read_all([answer + b"hello"], method="GET")[-2:] == [b"hello", "end"]
+
+
 def test_a_body_to_the_close_ends_the_connection() -> None:
     assert ours_reads("GET", [b"HTTP/1.1 200 OK\r\n\r\nabc", b""]) == (
         [(b"1.1", 200, b"OK"), [], b"abc", "end"],

@@ -364,8 +364,9 @@ def test_interim_answers_are_skipped() -> None:
 
 
 def test_an_answer_to_head_has_no_body_whatever_its_length() -> None:
-    # RFC 9112 section 6.3: the Content-Length of a HEAD answer is the GET's, and no body
-    # follows; read as a body, it would swallow the next answer on a kept connection.
+    # RFC 9112 section 6.3: an answer to HEAD ends with its head. Its Content-Length is
+    # the size a GET would get (RFC 9110 section 8.6); read as a body's, it would swallow
+    # the next answer on a kept connection.
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"
     assert read_all([answer], method="HEAD") == [
         (b"1.1", 200, b"OK"),

@@ -158,6 +158,37 @@ def test_the_status_decides_whether_the_body_counts(status: int, allowed: bool, 
     assert RobotsRules.from_text(text) == rules
 
 
+@pytest.mark.parametrize(
+    ("text", "may_refuse"),
+    [
+        ("", False),
+        ("User-agent: *\nDisallow:\n", False),  # the classic "crawl everything"
+        ("User-agent: *\nAllow: /\n", False),
+        ("User-agent: *\nAllow: /a\nAllow: /*.html$\nCrawl-delay: 1\n", False),
+        ("User-agent: other\nDisallow: /\n", False),  # rules for another crawler alone
+        ("User-agent: other\nDisallow: /\nUser-agent: *\nDisallow:\n", False),
+        ("User-agent: *\nDisallow: /x\n", True),
+        ("User-agent: *\nAllow: /\nDisallow: /*.pdf$\n", True),
+        ("User-agent: other\nAllow: /\nUser-agent: trio-crawler\nDisallow: /\n", True),
+        ("deny", True),  # a store's word for a 5xx
+        ("allow", False),  # and for a 4xx
+    ],
+)
+def test_rules_know_whether_they_can_refuse_anything(text: str, may_refuse: bool) -> None:
+    rules = RobotsRules.from_text(text)
+    assert rules.may_refuse is may_refuse
+    urls = ["http://example.com/", "http://example.com/x", "http://example.com/a/b.pdf"]
+    # Rules that cannot refuse allow every URL; the others refuse at least one of these.
+    assert all(rules.allowed(url) for url in urls) is not may_refuse
+
+
+def test_the_status_alone_decides_whether_rules_can_refuse() -> None:
+    assert not RobotsRules.from_response(404, b"User-agent: *\nDisallow: /\n").may_refuse
+    assert RobotsRules.from_response(503, b"").may_refuse
+    assert RobotsRules.from_response(200, b"User-agent: *\nDisallow: /\n").may_refuse
+    assert not RobotsRules().may_refuse
+
+
 def test_the_default_rules_allow_everything_and_say_nothing_else() -> None:
     rules = RobotsRules()
     assert rules.allowed("http://example.com/a")

@@ -107,6 +107,11 @@ class RobotsRules:
             return cls(allow_all=False)
         return cls(parsed=parse(text, PRODUCT_TOKEN), text=text)
 
+    @property
+    def may_refuse(self) -> bool:
+        """Whether these rules could refuse any URL (see :attr:`AgentRules.may_refuse`)."""
+        return self.parsed.may_refuse if self.parsed is not None else not self.allow_all
+
     def allowed(self, url: str) -> bool:
         """True if ``url`` may be fetched."""
         if self.parsed is None:

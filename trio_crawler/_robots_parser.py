@@ -178,9 +178,11 @@ class AgentRules:
     rules: tuple[Rule, ...] = ()
     crawl_delay: float | None = None
     sitemaps: tuple[str, ...] = ()
-    # Derived from rules, for allowed(): every plain rule's path, and the rules with a "*".
+    # Derived from rules, for allowed(): every plain rule's path, the rules with a "*",
+    # and whether any rule disallows at all.
     _prefixes: tuple[str, ...] = field(default=(), compare=False, repr=False)
     _wildcards: tuple[Rule, ...] = field(default=(), compare=False, repr=False)
+    _refuses: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
     def build(
@@ -193,10 +195,24 @@ class AgentRules:
             sitemaps=sitemaps,
             _prefixes=tuple(rule.path for rule in ordered if rule.parts is None),
             _wildcards=tuple(rule for rule in ordered if rule.parts is not None),
+            _refuses=any(not rule.allow for rule in ordered),
         )
+
+    @property
+    def may_refuse(self) -> bool:
+        """Whether any URL could be refused: False when no rule that applies disallows.
+
+        Many files refuse nothing: ``Disallow:`` with no path (the classic "crawl
+        everything"), only ``Allow`` lines, or rules for other crawlers alone. Knowing it
+        lets :meth:`allowed` answer at once, and lets a store skip looking up every link
+        it finds (see ``OriginScheduler.turns_away``).
+        """
+        return self._refuses
 
     def allowed(self, url: str) -> bool:
         """True if the rules let this agent fetch ``url``."""
+        if not self._refuses:
+            return True  # only a disallow rule can refuse, and there is none
         path = normalize(path_of(url))
         if path == "/robots.txt":  # RFC 9309 2.2.2: "implicitly allowed"
             return True

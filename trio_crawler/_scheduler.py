@@ -569,7 +569,7 @@ class OriginScheduler:
     # -- helpers -----------------------------------------------------------------------------
 
     def _note_rules(self, rules: RobotsRules | None) -> None:
-        if rules is not None and (rules.parsed is not None or not rules.allow_all):
+        if rules is not None and rules.may_refuse:
             self._may_turn_away = True
 
     def _origin_for(self, key: str) -> Origin:

@@ -62,7 +62,8 @@ _CHUNK_HEADER = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 # A request's whole head after its request line: every header as this module writes it.
 _REQUEST_HEADERS = re.compile(rb"(?:" + _TOKEN + rb": " + _FIELD_VALUE + rb"\r\n)*")
-_METHOD = re.compile(_TOKEN)
+_TOKEN_ONLY = re.compile(_TOKEN)  # a method, or a header's name
+_VALUE_ONLY = re.compile(_FIELD_VALUE)
 _TARGET = re.compile(rb"[\x21-\x7e]+")
 _CONTENT_LENGTH = re.compile(rb"[0-9]{1,%d}" % CONTENT_LENGTH_MAX_DIGITS)
 
@@ -80,7 +81,7 @@ def request_head(
             ``Host`` header or more than one, or a body whose length is not declared.
     """
     verb = method.encode("ascii", "replace")
-    if _METHOD.fullmatch(verb) is None:
+    if _TOKEN_ONLY.fullmatch(verb) is None:
         raise LocalProtocolError(f"illegal method {method!r}")
     if _TARGET.fullmatch(target) is None:
         raise LocalProtocolError(f"illegal request target {target!r}")
@@ -116,9 +117,9 @@ def request_head(
 def _first_illegal(headers: list[tuple[bytes, bytes]]) -> str:
     """The message for the first header that cannot be written (the slow path)."""
     for name, value in headers:
-        if re.fullmatch(_TOKEN, name) is None:
+        if _TOKEN_ONLY.fullmatch(name) is None:
             return f"illegal header name {name!r}"
-        if re.fullmatch(_FIELD_VALUE, value) is None:
+        if _VALUE_ONLY.fullmatch(value) is None:
             return f"illegal header value {value!r}"
     return "illegal header"  # pragma: no cover - the regular expressions agree
 

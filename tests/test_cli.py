@@ -15,6 +15,7 @@ test_output.py's, and what a signal does to a crawl at any moment test_signals.p
 from __future__ import annotations
 
 import functools
+import gc
 import io
 import json
 import os
@@ -33,6 +34,7 @@ import pytest
 import trio
 from warcio.archiveiterator import ArchiveIterator
 
+import trio_crawler._cli
 from trio_crawler._cli import (
     ENGINES,
     HEAP_TOP_PAD,
@@ -236,6 +238,30 @@ blocks = [bytearray(64 * 1024) for _ in range(int(sys.argv[2]))]  # below the mm
 del blocks
 print(libc.mallinfo2().keepcost)
 """
+
+
+def test_the_console_command_keeps_the_collector_off_what_the_imports_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run() freezes the objects alive before the crawl (the modules, classes and functions
+    of the imports, which live as long as the process), so that no collection during the
+    crawl walks them, and freezes again after it, for the teardown."""
+    frozen_during: list[int] = []
+
+    def main() -> int:
+        frozen_during.append(gc.get_freeze_count())
+        gc.unfreeze()  # what run() froze after main() is then main()'s own leftovers alone
+        return 3
+
+    monkeypatch.setattr(trio_crawler._cli, "main", main)
+    gc.unfreeze()
+    try:
+        assert trio_crawler._cli.run() == 3
+        assert frozen_during
+        assert frozen_during[0] > 1000  # the test process's imports
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 # python -c this ROOT...: the command line's crawl, then the modules it imported, on stderr.

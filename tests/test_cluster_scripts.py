@@ -35,6 +35,7 @@ from trio_crawler._cluster import SharedCounts, entry_url, parse_entry
 from trio_crawler._cluster_scripts import CREATE, DETAILS, STATUS, STEP
 from trio_crawler._cluster_session import ClusterSession, _ready_time
 from trio_crawler._config import CrawlConfig
+from trio_crawler._frontier import StoreRuntime
 
 SEED = int(os.environ.get("CLUSTER_SCRIPT_SEED", "20261124"))
 STEPS = int(os.environ.get("CLUSTER_SCRIPT_STEPS", "300"))
@@ -461,6 +462,60 @@ async def test_a_hosts_delay_runs_from_the_times_the_caller_gives(tmp_path: Path
             assert leased(await call("a", 1002.3, [lease], prefix=third)) == urls[:1]
 
 
+@pytest.mark.trio
+async def test_a_wait_is_told_to_the_holders_of_the_origins_other_leases(tmp_path: Path) -> None:
+    """A URL given back with a wait (a Retry-After, a backoff) holds its origin on the
+    server, for the leases to come. A lease of the origin already given to another worker
+    is told on the channel (``hold T ORIGIN``), so that its holder does not start it inside
+    the wait; with no other lease of the origin held, nothing is said."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create, step = client.register_script(CREATE), client.register_script(STEP)
+            key = ORIGINS[0]
+            urls = [u for u in POOL if origin(u) == key][:3]
+            # No pace, no delay, two at a time.
+            options = json.dumps({"adapt": False})
+            args = [P, "1000", json.dumps(urls[:1]), options, "0", "0", "2", "10", urls[0], key]
+            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+
+            async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
+                args = [P, str(at), owner, "60", json.dumps(ops)]
+                answer: dict[str, Any] = json.loads(await step(keys=[P + "meta"], args=args))
+                return answer
+
+            add = {"k": "add", "o": key, "u": urls[1:], "d": 1, "r": 10, "s": 0, "f": False,
+                   "q": True}  # fmt: skip
+            await call("a", 1000, [add])
+            first = (await call("a", 1000, [{"k": "lease", "n": 1}]))["l"]
+            second = (await call("b", 1000, [{"k": "lease", "n": 1}]))["l"]
+            assert [entry_url(item[1]) for item in first + second] == urls[:2]
+
+            async with client.pubsub(
+                channels=[P + "events"], ignore_subscribe_messages=True
+            ) as events:
+
+                async def told() -> list[str]:
+                    """What the channel said up to a marker published now."""
+                    await client.publish(P + "events", "marker")
+                    said: list[str] = []
+                    for _ in range(10):  # None: the subscription's acknowledgement
+                        message = await events.get_message(timeout=5)
+                        if message is not None:
+                            said.append(message["data"])
+                            if said[-1] == "marker":
+                                break
+                    assert said[-1:] == ["marker"], said
+                    return [text for text in said[:-1] if text.startswith("hold")]
+
+                back = {"k": "back", "u": urls[0], "e": first[0][1], "w": 30}
+                assert (await call("a", 1001, [back]))["r"] == [1]
+                assert await told() == [f"hold 1031.000000 {key} a"]
+                # b's lease is the origin's only one now: given back, nobody is told.
+                back = {"k": "back", "u": urls[1], "e": second[0][1], "w": 30}
+                assert (await call("b", 1002, [back]))["r"] == [1]
+                assert await told() == []
+
+
 SIX_HOSTS = [f"http://h{n}.test" for n in range(6)]
 SIX_ROOTS = [f"{key}/" for key in SIX_HOSTS]
 StepCall = Callable[[str, float, list[dict[str, Any]]], Awaitable[dict[str, Any]]]
@@ -617,6 +672,42 @@ def test_a_work_message_says_when_the_work_is_ready() -> None:
     assert _ready_time("nan") is None
     assert _ready_time("inf") is None
     assert _ready_time("soon") is None
+
+
+def test_a_hold_message_holds_the_origin_on_this_process_clock() -> None:
+    """``hold T ORIGIN CALLER`` tells the window the origin's wait, T moved from the
+    server's clock to the engine's; the caller's own message is not its news (its answer
+    set the wait already, exactly), and a message that is no hold changes nothing."""
+    config = CrawlConfig.create(["http://a.test/"], frontier="redis://127.0.0.1:1/", crawl_id="c")
+    session = ClusterSession(config)
+    session._runtime = StoreRuntime(
+        clock=lambda: 0.0,
+        wall_offset=1000.0,
+        run_in_thread=None,  # neither is called here
+        shielded=None,
+        wake=lambda: None,
+        on_lost=lambda exc: None,
+        scheduling=lambda: True,
+        limit_counts=lambda: None,
+        loop_clock=False,
+    )
+    held: list[tuple[str, float]] = []
+
+    class Window:
+        def wake(self) -> None:
+            raise AssertionError("a hold wakes nobody")
+
+        def hold(self, origin: str, until: float) -> None:
+            held.append((origin, until))
+
+    for data in (
+        "hold 1030.500000 http://a.test other:1:ab",
+        f"hold 1040.000000 http://a.test {session.owner}",
+        "hold soon http://a.test other:1:ab",
+        "hold 1050.000000",
+    ):
+        assert session._heard(data, Window()) is False
+    assert held == [("http://a.test", pytest.approx(30.5))]
 
 
 def test_an_answer_older_than_the_finish_does_not_undo_it() -> None:

@@ -287,8 +287,12 @@ async def test_a_session_listens_again_after_its_subscription_is_lost(
     session = ClusterSession(config)
     wakes: list[anyio.Event] = [anyio.Event(), anyio.Event()]
 
-    def wake() -> None:
-        next(event for event in wakes if not event.is_set()).set()
+    class Window:
+        def wake(self) -> None:
+            next(event for event in wakes if not event.is_set()).set()
+
+        def hold(self, origin: str, until: float) -> None:
+            raise AssertionError("no hold was published")
 
     with anyio.fail_after(LIMIT):
         async with (
@@ -297,7 +301,7 @@ async def test_a_session_listens_again_after_its_subscription_is_lost(
             anyio.create_task_group() as tasks,
         ):
             session._client = client
-            await tasks.start(session.listen, wake)
+            await tasks.start(session.listen, Window())
             assert await other.client_kill(type_=PureToken.PUBSUB) == 1
             await wakes[0].wait()  # subscribed again (the wake comes once it is)
             assert not session.shared.finished

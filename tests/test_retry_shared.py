@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,9 @@ from stores import make_core
 from trio_crawler._events import Response
 from trio_crawler._retry_policy import backoff_wait
 from trio_crawler._state import CrawlState
+from trio_crawler._store_redis import RedisFrontier
+
+from support import HANG_LIMIT
 
 ROOT = "http://example.com/"
 ROOTS = [ROOT, ROOT + "a", ROOT + "b"]
@@ -73,3 +77,55 @@ def test_another_process_sends_nothing_to_the_origin_until_the_wait_ends(
             assert second.next_request(now=now) is None
             assert second.next_wakeup() == pytest.approx(0.5 + wait, abs=0.1)
         assert second.next_request(now=0.5 + wait + 0.2) is not None
+
+
+def test_a_request_another_process_holds_waits_too(redis: RedisServer, tmp_path: Path) -> None:
+    """With two at a time, the second process may hold a URL of the origin, handed out to a
+    worker and not started, when the first reads a ``Retry-After``. The server holds the
+    origin for later leases, and tells the holders of the leases it has already given
+    (the channel's ``hold``): the second gives the request back rather than send it inside
+    the wait, and sends it when the wait ends."""
+    with contextlib.ExitStack() as cleanup:
+
+        def join() -> CrawlState:
+            state, _ = make_core(
+                "redis",
+                ROOTS,
+                tmp_path,
+                redis_url=redis.url(),
+                cleanup=cleanup,
+                crawl_id="shared-two",
+                max_tasks=1,
+                obey_robots=False,
+                max_per_host=2,
+            )
+            return state
+
+        first, second = join(), join()
+        heard = threading.Event()
+        frontier = second.frontier
+        assert isinstance(frontier, RedisFrontier)
+        told = frontier.hold
+
+        def hold(origin: str, until: float) -> None:
+            told(origin, until)
+            heard.set()
+
+        frontier.hold = hold  # type: ignore[method-assign]
+        root = first.next_request(now=0.0)
+        assert root is not None
+        first.attempt_started(root, now=0.0)
+        page = second.next_request(now=0.1)
+        assert page is not None, "two at a time: the second process has one of the origin's"
+        assert not second.held_back(page, now=0.2)
+
+        first.attempt_finished(root, Response(status=503, retry_after=30.0), now=0.5)
+        assert heard.wait(HANG_LIMIT), "the second process was not told of the wait"
+        for now in (0.6, 0.5 + 30.0 - 0.2):
+            assert second.held_back(page, now=now)
+        second.put_back(page)
+        assert second.next_request(now=1.0) is None
+        assert not second.held_back(page, now=0.5 + 30.0 + 0.2)
+        again = second.next_request(now=0.5 + 30.0 + 0.2)
+        assert again is not None
+        assert again.url == page.url

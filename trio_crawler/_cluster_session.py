@@ -14,8 +14,8 @@ the server goes through one :class:`ClusterSession`, which owns
   (one warning when it goes, one when it is back), after which the session is *lost*;
 * the reads outside the scripts: an origin's robots.txt state (retried as a step call
   is), the counts as the process leaves;
-* the session's tasks: listening on the crawl's channel for ``work`` and ``finished`` (and
-  subscribing again when its connection is lost), and
+* the session's tasks: listening on the crawl's channel for ``work``, ``finished`` and
+  ``hold`` (and subscribing again when its connection is lost), and
   renewing the window's leases every third of a lease; and on the way out, having the
   window give back what it holds, then reading the final counts.
 
@@ -93,15 +93,23 @@ class Joined:
     delay: float
 
 
-class Window(Protocol):
+class Listener(Protocol):
+    """What the crawl's channel tells the window (:meth:`ClusterSession.listen`)."""
+
+    def wake(self) -> None:
+        """Something the server said may let the window do more: look again."""
+
+    def hold(self, origin: str, until: float) -> None:
+        """Another process read a ``Retry-After`` (or backs off) for ``origin``: start
+        nothing of it before ``until`` (on the engine's clock), what is leased included."""
+
+
+class Window(Listener, Protocol):
     """What a session asks of the window it serves (a
     :class:`~trio_crawler._store_redis.RedisFrontier`)."""
 
     # The crawl's options: its roots and options, to create the crawl or join it.
     config: CrawlConfig
-
-    def wake(self) -> None:
-        """Something the server said may let the window do more: look again."""
 
     async def renew(self) -> None:
         """Renew every lease the window holds (a step call).
@@ -227,7 +235,7 @@ class ClusterSession:
             joined = await self.join(window.config)
             self.shared, self.base_delay = joined.counts, joined.delay
             async with anyio.create_task_group() as tasks:
-                await tasks.start(self.listen, window.wake)
+                await tasks.start(self.listen, window)
                 tasks.start_soon(self._renew, window, runtime.on_lost)
                 try:
                     yield
@@ -593,10 +601,10 @@ class ClusterSession:
     # -- listening ---------------------------------------------------------------------------
 
     async def listen(
-        self, wake: Callable[[], None], *, task_status: Any = anyio.TASK_STATUS_IGNORED
+        self, window: Listener, *, task_status: Any = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Note what the crawl's channel says (``finished``; ``work`` when work comes) and
-        ``wake`` the window; started once subscribed.
+        """Note what the crawl's channel says (``finished``; ``work`` when work comes;
+        ``hold`` when an origin must wait) and tell the window; started once subscribed.
 
         A connection lost is made again, quietly, at growing intervals, for as long as the
         session lasts: the step calls say when the server goes and comes back, and stop
@@ -613,14 +621,14 @@ class ClusterSession:
                     client.endpoint, channel, name=client.name, connect_timeout=CONNECT_TIMEOUT
                 ) as messages:
                     if started:
-                        wake()
+                        window.wake()
                     else:
                         task_status.started()
                         started = True
                     pause = 0.1
                     async for data in messages:
-                        if self._heard(data):
-                            wake()
+                        if self._heard(data, window):
+                            window.wake()
             except LOST_ERRORS as exc:
                 if not started:
                     raise
@@ -631,11 +639,20 @@ class ClusterSession:
                 LOGGER.warning("shared frontier %s: stopped listening: %s", self.where, reason(exc))
                 return
 
-    def _heard(self, data: str) -> bool:
+    def _heard(self, data: str, window: Listener) -> bool:
         """Note a message of the crawl's channel; whether the window should look again."""
         if data == "finished":
             self.shared = dataclasses.replace(self.shared, queued=0, leased=0, finished=True)
             return True
+        if data.startswith("hold "):
+            # "hold T ORIGIN CALLER": the origin waits until T, on the server's clock. A
+            # request this process leased before the wait began is held back, not sent
+            # inside it. The caller's own answer told it already, exactly.
+            until, origin, caller = [*data.split(" "), "", ""][1:4]
+            ends = _ready_time(until)
+            if ends is not None and origin and caller != self.owner:
+                window.hold(origin, ends - self.runtime.wall_offset)
+            return False
         if not data.startswith("work"):
             return False
         # A lease of this process's, answered after the call that made the work, already

@@ -818,6 +818,14 @@ class RedisFrontier:
     def wake(self) -> None:
         self._wake_dispatcher()
 
+    def hold(self, origin: str, until: float) -> None:
+        """Another process's answer made ``origin`` wait (the channel's ``hold``): what
+        this process leased of it and has not started is held back until then, as after
+        an answer of its own (:meth:`retry_later`). An origin it has never had is left to
+        the server, which holds it for every later lease."""
+        if self.scheduler.knows_origin(origin):
+            self.scheduler.wait_origin(origin, until=until)
+
     def queue_renewal(self) -> bool:
         """Have the next call renew every lease this process holds; say whether there
         was any (for :meth:`renew`, and for a caller that drives the clock itself)."""

@@ -23,7 +23,9 @@
 --   drop    u, o: leaves without a record (robots.txt forbids it, or it was
 --           unreadable) -> as done
 --   back    u, e (the entry, with its attempt), w (seconds its origin waits):
---           given back -> 1 if the caller held it
+--           given back -> 1 if the caller held it; with w, while other leases of
+--           the origin are held, the channel says 'hold T ORIGIN CALLER' (T: when
+--           the wait ends), so that their holders do not start them inside it
 --   robots  o, st (k|x), rt (rules text), rf (failure), dl (new delay, or absent),
 --           t (when its answer ended; absent: now), a (as for done)
 --           -> 1 if the caller held the origin's robots.txt lease
@@ -486,8 +488,15 @@ for i, op in ipairs(ops) do
       unlease(op.u, o)
       requeue(op.u, o, op.e)
       if op.w and op.w > 0 then
-        local nx = tonumber(redis.call('HGET', okey(o), 'nx')) or 0
-        redis.call('HSET', okey(o), 'nx', math.max(nx, now + op.w))
+        local h = redis.call('HMGET', okey(o), 'nx', 'fl')
+        redis.call('HSET', okey(o), 'nx', math.max(tonumber(h[1]) or 0, now + op.w))
+        -- A lease of the origin that another worker holds (here or in another process)
+        -- may not have started yet: its holder hears of the wait at once, not with its
+        -- next lease of the origin, which would come too late for this one.
+        if (tonumber(h[2]) or 0) > 0 then
+          local ends = string.format('%.6f', now + op.w)
+          redis.call('PUBLISH', EVENTS, 'hold ' .. ends .. ' ' .. o .. ' ' .. owner)
+        end
       end
       make_ready(o)
       result = 1

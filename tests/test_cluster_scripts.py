@@ -334,6 +334,22 @@ async def test_an_entry_carries_its_referrer_and_a_root_none(tmp_path: Path) -> 
     assert parse_entry(f"1 1 9 0 {POOL[1]} not-a-url") is None
 
 
+async def one_origin_at_no_delay(client: Any, root: str, *, per_host: str) -> StepCall:
+    """A crawl of ``root`` made at 1000 (no robots.txt, no pace, no delay, ``per_host`` at
+    a time to the host, "" for no limit); the step call on it, with leases of 60 s."""
+    create, step = client.register_script(CREATE), client.register_script(STEP)
+    options = json.dumps({"adapt": False})
+    args = [P, "1000", json.dumps([root]), options, "0", "0", per_host, "10", root, origin(root)]
+    assert (await create(keys=[P + "meta"], args=args))[0] == "created"
+
+    async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        raw = await step(keys=[P + "meta"], args=[P, str(at), owner, "60", json.dumps(ops)])
+        answer: dict[str, Any] = json.loads(raw)
+        return answer
+
+    return call
+
+
 @pytest.mark.trio
 async def test_leases_of_a_process_that_stopped_renewing_are_told_apart(tmp_path: Path) -> None:
     """A process renews its leases every third of its lease, in a step call: one that has
@@ -342,20 +358,11 @@ async def test_leases_of_a_process_that_stopped_renewing_are_told_apart(tmp_path
     with the time of day. The scripts take the clock as an argument: no waiting here."""
     with running_redis(tmp_path / "redis") as server:
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
-            create, step = client.register_script(CREATE), client.register_script(STEP)
             details = client.register_script(DETAILS)
             key = ORIGINS[0]
             urls = [u for u in POOL if origin(u) == key][:6]
-            # Without a pace (adapt false): each origin's leases are limited only by
-            # --max-per-host, which this crawl has none of.
-            fixed = json.dumps({"adapt": False})
-            args = [P, "1000", json.dumps(urls[:1]), fixed, "0", "0", "", "10", urls[0], key]
-            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
-
-            async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
-                raw = await step(keys=[P + "meta"], args=[P, str(at), owner, "60", json.dumps(ops)])
-                answer: dict[str, Any] = json.loads(raw)
-                return answer
+            # Leases limited only by --max-per-host, which this crawl has none of.
+            call = await one_origin_at_no_delay(client, urls[0], per_host="")
 
             add = {"k": "add", "o": key, "u": urls[1:5], "d": 1, "r": 10, "s": 0,
                    "f": False, "q": True}  # fmt: skip
@@ -470,19 +477,9 @@ async def test_a_wait_is_told_to_the_holders_of_the_origins_other_leases(tmp_pat
     the wait; with no other lease of the origin held, nothing is said."""
     with running_redis(tmp_path / "redis") as server:
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
-            create, step = client.register_script(CREATE), client.register_script(STEP)
             key = ORIGINS[0]
             urls = [u for u in POOL if origin(u) == key][:3]
-            # No pace, no delay, two at a time.
-            options = json.dumps({"adapt": False})
-            args = [P, "1000", json.dumps(urls[:1]), options, "0", "0", "2", "10", urls[0], key]
-            assert (await create(keys=[P + "meta"], args=args))[0] == "created"
-
-            async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
-                args = [P, str(at), owner, "60", json.dumps(ops)]
-                answer: dict[str, Any] = json.loads(await step(keys=[P + "meta"], args=args))
-                return answer
-
+            call = await one_origin_at_no_delay(client, urls[0], per_host="2")
             add = {"k": "add", "o": key, "u": urls[1:], "d": 1, "r": 10, "s": 0, "f": False,
                    "q": True}  # fmt: skip
             await call("a", 1000, [add])

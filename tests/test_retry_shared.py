@@ -17,6 +17,7 @@ import contextlib
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis_server import RedisServer
@@ -34,6 +35,29 @@ ROOTS = [ROOT, ROOT + "a", ROOT + "b"]
 JITTER_SEED = 3
 
 
+def join(
+    redis: RedisServer,
+    tmp_path: Path,
+    cleanup: contextlib.ExitStack,
+    crawl_id: str,
+    **options: Any,
+) -> CrawlState:
+    """A core of the shared crawl ``crawl_id`` of ROOTS, as one more process joins it."""
+    state, _ = make_core(
+        "redis",
+        ROOTS,
+        tmp_path,
+        redis_url=redis.url(),
+        cleanup=cleanup,
+        crawl_id=crawl_id,
+        max_tasks=1,
+        obey_robots=False,
+        **options,
+    )
+    state.jitter_source = random.Random(JITTER_SEED)
+    return state
+
+
 @pytest.mark.parametrize(
     ("answer", "wait"),
     [
@@ -46,25 +70,10 @@ def test_another_process_sends_nothing_to_the_origin_until_the_wait_ends(
     redis: RedisServer, tmp_path: Path, answer: Response, wait: float
 ) -> None:
     with contextlib.ExitStack() as cleanup:
-
-        def join() -> CrawlState:
-            # --delay 1 makes the second process hold a URL of the origin in its own
-            # window, waiting for its turn, when the answer comes to the first.
-            state, _ = make_core(
-                "redis",
-                ROOTS,
-                tmp_path,
-                redis_url=redis.url(),
-                cleanup=cleanup,
-                crawl_id="shared",
-                max_tasks=1,
-                obey_robots=False,
-                delay=1.0,
-            )
-            state.jitter_source = random.Random(JITTER_SEED)
-            return state
-
-        first, second = join(), join()
+        # --delay 1: the origin's next URL waits on the server for its turn, and the
+        # second process is told when that comes, when the answer comes to the first.
+        first = join(redis, tmp_path, cleanup, "shared", delay=1.0)
+        second = join(redis, tmp_path, cleanup, "shared", delay=1.0)
         root = first.next_request(now=0.0)
         assert root is not None
         first.attempt_started(root, now=0.0)
@@ -86,22 +95,8 @@ def test_a_request_another_process_holds_waits_too(redis: RedisServer, tmp_path:
     (the channel's ``hold``): the second gives the request back rather than send it inside
     the wait, and sends it when the wait ends."""
     with contextlib.ExitStack() as cleanup:
-
-        def join() -> CrawlState:
-            state, _ = make_core(
-                "redis",
-                ROOTS,
-                tmp_path,
-                redis_url=redis.url(),
-                cleanup=cleanup,
-                crawl_id="shared-two",
-                max_tasks=1,
-                obey_robots=False,
-                max_per_host=2,
-            )
-            return state
-
-        first, second = join(), join()
+        first = join(redis, tmp_path, cleanup, "two", max_per_host=2)
+        second = join(redis, tmp_path, cleanup, "two", max_per_host=2)
         heard = threading.Event()
         frontier = second.frontier
         assert isinstance(frontier, RedisFrontier)

@@ -132,8 +132,9 @@ CLOCK_READINGS = 5
 
 
 def _ready_time(text: str) -> float | None:
-    """The server time a ``work N T`` message gives (T); None for ``work N``, or a T that
-    is no time (the message then means work is ready now, as ``work N`` does)."""
+    """The server time a message gives (the T of ``work N T`` or ``hold T ...``); None for
+    none, or a T that is no time: ``work`` then means work is ready now, as ``work N``
+    does, and ``hold`` holds nothing."""
     try:
         ready = float(text) if text else None
     except ValueError:

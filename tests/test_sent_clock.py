@@ -139,6 +139,65 @@ async def test_a_request_that_never_went_holds_its_host_only_until_its_attempt_e
     assert slow.requests == []
 
 
+@pytest.mark.usefixtures("trusting_crawler")
+@pytest.mark.parametrize("store", ["memory", "sqlite", "redis"])
+async def test_a_request_whose_origin_is_told_to_wait_while_it_connects_waits_too(
+    engine: Engine,
+    store: str,
+    server_context: ssl.SSLContext,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Two pages go out at once: one on the connection robots.txt and the root page used,
+    the other on a new connection whose handshake is slow. The first is answered 503 with
+    a ``Retry-After`` while the second's connection is still being made. Asked again as
+    its head is about to be written, the second request is withdrawn, and reaches the
+    server only once the wait is over; checked before the connection alone, it went
+    inside the wait, as soon as its handshake ended."""
+    if choose_transport() == "httpx":
+        pytest.skip(
+            "httpx's own transport keeps a pool per worker: whether a page goes on a new"
+            " connection depends on which worker takes it (the withdrawal itself is tested"
+            " on both transports below)"
+        )
+    # On the virtual clock any wait is exact; on the real one, the shortest Retry-After.
+    wait = 5 if engine.virtual_time else 1
+    options = store_options(store, tmp_path, request, f"withdrawn-{engine.name}")
+    pushed_back: list[str] = []
+
+    async def answer(request: Request) -> Reply:
+        if request.target == "/robots.txt":
+            return Reply(status=404, body=b"")
+        if request.target == "/":
+            return page("/p1", "/p2")
+        if not pushed_back:
+            pushed_back.append(request.target)
+            # Answered once the other page is on its way (on a shared frontier its lease
+            # comes from Redis after this one's), and well before its handshake ends.
+            await anyio.sleep(0.1 * wait)
+            return Reply(status=503, headers=(("retry-after", str(wait)),))
+        return page()
+
+    async with open_test_server(ssl_context=server_context, handshake_delay=0.3 * wait) as server:
+        server.fallback(answer)
+        crawler = await crawl(
+            engine, server.url(), delay=0, max_per_host=2, max_tasks=4, adapt=False, **options
+        )
+    assert sorted(record.url for record in crawler.done) == sorted(
+        [server.url(), server.url("/p1"), server.url("/p2")]
+    )
+    assert all(record.status == 200 for record in crawler.done)
+    assert server.connections >= 2  # a page's request had a connection of its own to make
+    told = server.requests.index(pushed_back[0])
+    since_the_wait = [later - server.arrivals[told] for later in server.arrivals[told + 1 :]]
+    # The wait runs from the 503's end as the crawler read it, after its arrival here.
+    slack = 1e-6 if engine.virtual_time else 0.02
+    assert since_the_wait, server.requests
+    assert min(since_the_wait) >= wait - slack, list(
+        zip(server.requests[told + 1 :], since_the_wait, strict=True)
+    )
+
+
 # -- the event, from each transport --------------------------------------------------------
 
 
@@ -175,6 +234,44 @@ async def test_the_written_head_is_reported_once_before_the_answer_is_read(
     assert sorted(events[3:5]) == ["arrived", "sent"]
     assert events[5] == "answered"
     assert len(events) == 6, events
+
+
+@pytest.mark.parametrize("transport", ["lean", "httpx"])
+async def test_a_request_withdrawn_as_its_head_is_about_to_go_sends_nothing(
+    transport: str,
+) -> None:
+    """``may_send`` is asked once the connection is made, before the request's head is
+    written, on both transports: a False withdraws the request, the server gets nothing of
+    it, ``on_sent`` is not awaited, and the client goes on to the next request."""
+    calls: list[str] = []
+
+    async def on_sent() -> None:
+        calls.append("sent")
+
+    answers = iter([False, True])
+
+    def may_send() -> bool:
+        calls.append("asked")
+        return next(answers)
+
+    async with open_test_server({"/": page()}) as server:
+        client = open_client(library=choose_http_library(), max_connections=1, transport=transport)
+        try:
+            with anyio.fail_after(HANG_LIMIT):
+                withdrawn = await fetch(client, server.url(), on_sent=on_sent, may_send=may_send)
+                answered = await fetch(client, server.url(), on_sent=on_sent, may_send=may_send)
+        finally:
+            await client.aclose()
+    assert isinstance(withdrawn, FetchError)
+    assert withdrawn.withdrawn
+    assert withdrawn.retryable
+    assert isinstance(answered, Response)
+    assert answered.status == 200
+    assert not getattr(answered, "withdrawn", False)
+    assert server.requests == ["/"]  # the answered one alone
+    # The withdrawn request's connection had been made, and was closed, not reused.
+    assert server.connections == 2
+    assert calls == ["asked", "asked", "sent"]
 
 
 @pytest.mark.parametrize("transport", ["lean", "httpx"])

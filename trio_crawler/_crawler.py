@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 from ._clients import DEFAULT_USER_AGENT
 from ._config import CrawlConfig, CrawlOptions
-from ._events import Committing, PageRead, Retry
+from ._events import Committing, FetchError, PageRead, Retry
 from ._fetch import Fetcher
 from ._frontier import FrontierLost, StoreRuntime
 from ._handler import Page, check_handler, run_handler
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ._config import CrawlKeywords
     from ._counts import CrawlCounts
     from ._events import Exchange, FetchRequest, Outcome
-    from ._fetch import OnSent
+    from ._fetch import MaySend, OnSent
     from ._frontier import Store, StoreShell
     from ._handler import Handler
     from ._stats import FetchStatistic
@@ -320,10 +320,15 @@ class CrawlerBase(abc.ABC):
 
     @abc.abstractmethod
     async def _attempt(
-        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+        self,
+        client: Client,
+        request: FetchRequest,
+        on_sent: OnSent | None = None,
+        may_send: MaySend | None = None,
     ) -> Outcome:
-        """One attempt bounded by the engine's cancel scope, awaiting ``on_sent()`` once
-        its request's head is written; raises only cancellation."""
+        """One attempt bounded by the engine's cancel scope, asking ``may_send()`` just
+        before its request's head is written and awaiting ``on_sent()`` once it is (see
+        :func:`~trio_crawler._fetch.fetch`); raises only cancellation."""
 
     @abc.abstractmethod
     def _now(self) -> float:
@@ -394,16 +399,24 @@ class CrawlerBase(abc.ABC):
             # reports (on_sent), not from here: a slow connection is no part of the next
             # gap as the server sees it. A transport that does not report it: from here.
             on_sent: OnSent
+            may_send: MaySend | None = None
             if self._fetcher.reports_sending:
                 started = self._now()
                 self.state.attempt_started(request, now=started, sent_later=True)
                 on_sent = functools.partial(self._request_sent, request)
+                # The connection may take long to make, and another worker may read a
+                # Retry-After of this origin meanwhile: asked again as the head is about
+                # to be written, the last moment a request can be kept from the server.
+                may_send = functools.partial(self._may_send, request)
             else:
                 self.state.attempt_started(request, now=self._now())
                 await self.store.request_sent(request)
                 started = self._now()
                 on_sent = self._fetcher.sending_reported
-            outcome = await self._attempt(client, request, on_sent)
+            outcome = await self._attempt(client, request, on_sent, may_send)
+            if isinstance(outcome, FetchError) and outcome.withdrawn:
+                self.state.attempt_withdrawn(request)  # it goes when the wait ends
+                return
             ended = self._now()  # its last byte or failure, before the archive is written
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
@@ -425,6 +438,10 @@ class CrawlerBase(abc.ABC):
                 self._store_lost(exc)
         elif self.store.has_work(starved=False):
             await self._flush_store(starved=False)
+
+    def _may_send(self, request: FetchRequest) -> bool:
+        """Whether ``request``, its connection made, may be written now (not held back)."""
+        return not self.state.held_back(request, now=self._now())
 
     async def _request_sent(self, request: FetchRequest) -> None:
         """The transport wrote ``request``'s head: the host's delay runs from now, and a

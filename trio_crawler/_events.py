@@ -155,6 +155,9 @@ class FetchError:
         content_type: The Content-Type header that came with ``status``, if any: a body too
             large to keep is still a page of some type, and its record says which.
         exchange: The attempt as sent and received, when the crawl archives them.
+        withdrawn: True when the crawl withdrew the request before its head was written
+            (its origin was told to wait while the connection was made): no attempt was
+            made, and the engine gives the request back rather than record anything.
     """
 
     error: str
@@ -162,6 +165,7 @@ class FetchError:
     status: int | None = None
     content_type: str | None = None
     exchange: Exchange | None = field(default=None, repr=False, compare=False)
+    withdrawn: bool = False
 
 
 Outcome = Response | FetchError

@@ -70,7 +70,7 @@ from ._connections import CrawlConnections
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._sitemaps import MAX_SITEMAP_BYTES
-from ._transport import HEAD_WRITTEN
+from ._transport import HEAD_STARTED, HEAD_WRITTEN
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -84,6 +84,8 @@ if TYPE_CHECKING:
 
     #: What an attempt awaits once its request has been written (see :func:`fetch`).
     OnSent: TypeAlias = Callable[[], Awaitable[None]]
+    #: What an attempt asks just before its request's head is written (see :func:`fetch`).
+    MaySend: TypeAlias = Callable[[], bool]
 
 # How much of a robots.txt is read: RFC 9309, section 2.5, asks crawlers to parse at least
 # 500 KiB and lets them ignore the rest. A larger file is cut there, not failed.
@@ -93,9 +95,14 @@ ROBOTS_MAX_SIZE = 500 * 1024
 #: head has been written to its connection, over HTTP/1.1 or (a caller's client) HTTP/2:
 #: from then on the server may have it.
 SENT_EVENTS = frozenset({HEAD_WRITTEN, "http2.send_request_headers.complete"})
-HEAD_STARTED_EVENTS = frozenset(
-    {"http11.send_request_headers.started", "http2.send_request_headers.started"}
-)
+HEAD_STARTED_EVENTS = frozenset({HEAD_STARTED, "http2.send_request_headers.started"})
+
+
+class RequestWithdrawn(Exception):
+    """Raised from a request's ``trace`` just before its head is written, when the crawl
+    says it may not go now: the transport stops with nothing of the request sent (and
+    closes the connection, as for any failure there), and :func:`fetch` returns a
+    :class:`~trio_crawler._events.FetchError` marked ``withdrawn``."""
 
 
 @functools.cache
@@ -139,6 +146,7 @@ async def fetch(
     conditions: Mapping[str, str] | None = None,
     headers: Sequence[tuple[str, str]] = (),
     on_sent: OnSent | None = None,
+    may_send: MaySend | None = None,
 ) -> Outcome:
     """Make one GET attempt for ``url``.
 
@@ -161,10 +169,16 @@ async def fetch(
             (:data:`SENT_EVENTS`, through the request's ``trace`` extension), before its
             answer is read: the moment a host's delay runs from. Not awaited if the
             request never went (no connection), nor by a transport that does not trace.
+        may_send: Asked (with ``on_sent``, through the same extension) once the
+            connection is made, just before the request's head is written: False
+            withdraws the request, and nothing of it is sent. A connection can take
+            long to make, and the crawl may have learnt meanwhile that the origin must
+            wait (a ``Retry-After`` another worker read).
 
     Returns:
         A Response for any completed exchange, or a FetchError saying whether a retry
-        could help. Cancellation propagates (the response, if any, is closed first).
+        could help (or that the request was ``withdrawn``, never sent). Cancellation
+        propagates (the response, if any, is closed first).
     """
     response: httpx.Response | None = None
     raw_chunks: list[bytes] | None = [] if keep_exchange else None
@@ -175,7 +189,7 @@ async def fetch(
         sent += headers
         extensions: dict[str, Any] | None = None
         if on_sent is not None:
-            extensions = {"trace": _SentTrace(on_sent)}
+            extensions = {"trace": _SentTrace(on_sent, may_send)}
         async with client.stream(
             "GET", url, headers=sent or None, extensions=extensions
         ) as response:
@@ -208,6 +222,8 @@ async def fetch(
                 headers=response.headers,
                 exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
             )
+    except RequestWithdrawn:
+        return FetchError(error="not sent: its origin must wait", retryable=True, withdrawn=True)
     except _retryable_errors(imported_http_libraries()) as exc:
         error, retryable = describe_exception(exc), True
     except _not_retryable_errors(imported_http_libraries()) as exc:
@@ -228,17 +244,19 @@ async def fetch(
 
 
 class _SentTrace:
-    """A request's ``trace`` extension: of all the events, only its written head counts.
+    """A request's ``trace`` extension: of all the events, only its head counts, as it is
+    about to be written (the last moment to withdraw the request) and once it is.
 
     Through an HTTPS proxy httpcore first sends the tunnel's ``CONNECT`` with the same
     extensions, so the same events come for it first: its written head, announced by a
     ``.started`` event whose request is the ``CONNECT``, is not the request's.
     """
 
-    __slots__ = ("_on_sent", "_tunnel")
+    __slots__ = ("_may_send", "_on_sent", "_tunnel")
 
-    def __init__(self, on_sent: OnSent) -> None:
+    def __init__(self, on_sent: OnSent, may_send: MaySend | None = None) -> None:
         self._on_sent = on_sent
+        self._may_send = may_send
         self._tunnel = False
 
     async def __call__(self, event: str, info: Mapping[str, Any]) -> None:
@@ -249,6 +267,8 @@ class _SentTrace:
                 await self._on_sent()
         elif event in HEAD_STARTED_EVENTS:
             self._tunnel = getattr(info.get("request"), "method", None) == b"CONNECT"
+            if not self._tunnel and self._may_send is not None and not self._may_send():
+                raise RequestWithdrawn
 
 
 async def _read_body(
@@ -508,7 +528,11 @@ class Fetcher:
         )
 
     async def fetch(
-        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+        self,
+        client: Client,
+        request: FetchRequest,
+        on_sent: OnSent | None = None,
+        may_send: MaySend | None = None,
     ) -> Outcome:
         """One attempt for ``request`` with this crawl's options (see :func:`fetch`).
 
@@ -530,6 +554,7 @@ class Fetcher:
             conditions=_conditions(request),
             headers=self._headers if client is self.client else (),
             on_sent=on_sent,
+            may_send=may_send,
         )
         if debug:
             _log_attempt(request, outcome, time.perf_counter() - started)

@@ -338,6 +338,13 @@ class CrawlState:
         engine gives it back (:meth:`put_back`) rather than send it inside the wait."""
         return self.frontier.held_back(request, now=now)
 
+    def attempt_withdrawn(self, request: FetchRequest) -> None:
+        """The attempt :meth:`attempt_started` noted was withdrawn before its request's
+        head was written (``sent_later``; its origin must wait, see :meth:`held_back`): no
+        attempt was made, and the request goes back to be handed out again (:meth:`put_back`)."""
+        self._starts.pop(request.url, None)
+        self.put_back(request)
+
     def put_back(self, request: FetchRequest) -> None:
         """Return a request that was handed out but never attempted, to be handed out again.
 

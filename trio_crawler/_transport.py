@@ -29,9 +29,12 @@ transport may be given the function that makes that context rather than the cont
 is then made at the first https connection, so a crawl of http:// sites never loads the
 system's CA certificates (20-40 ms of every start).
 
-Of httpcore's ``trace`` events (a request's extension) it sends the one the crawler
-needs, ``http11.send_request_headers.complete`` (:data:`HEAD_WRITTEN`), under the same
-name: a host's delay runs from it (docs/manners.md, "When the delay's clock starts").
+Of httpcore's ``trace`` events (a request's extension) it sends the two the crawler
+needs, under the same names: ``http11.send_request_headers.started``
+(:data:`HEAD_STARTED`), when the crawl may still withdraw the request (its origin was told
+to wait while the connection was made), and ``http11.send_request_headers.complete``
+(:data:`HEAD_WRITTEN`), from which a host's delay runs (docs/manners.md, "When the delay's
+clock starts").
 
 What it does not do: HTTP/2, proxies (the crawler uses httpx's own transport when the
 environment names a proxy), request bodies other than bytes (the crawler sends GETs).
@@ -98,8 +101,9 @@ READ_SIZE = 65536
 # request takes a while to reach it. A delay close to N would otherwise meet each close.
 KEEP_ALIVE_MARGIN = 1.0
 DEFAULT_PORTS = {b"http": 80, b"https": 443, "http": 80, "https": 443}
-# httpcore's ``trace`` event once an HTTP/1.1 request's head is written, which this
-# transport sends under the same name.
+# httpcore's ``trace`` events just before an HTTP/1.1 request's head is written, and once
+# it is, which this transport sends under the same names.
+HEAD_STARTED = "http11.send_request_headers.started"
 HEAD_WRITTEN = "http11.send_request_headers.complete"
 
 
@@ -316,10 +320,14 @@ def lean_transport_class(
         ) -> httpx.Response:
             """Send the request and read the response's head; any failure or cancellation
             closes the connection. ``trace`` (the request's extension, as httpcore takes it)
-            hears of the one event the crawler needs: the head written, the moment a
-            host's delay runs from."""
+            hears of the two events the crawler needs: the head about to be written, when
+            the crawl may still withdraw the request (its origin was told to wait while
+            the connection was made), and the head written, the moment a host's delay
+            runs from."""
             connection.answered = False
             try:
+                if trace is not None:
+                    await trace(HEAD_STARTED, {})  # may withdraw the request: nothing is sent
                 try:
                     head, keep_alive = request_head(method, target, headers, body)
                     await connection.stream.send(head + body if body else head)

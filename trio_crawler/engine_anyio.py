@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
     from ._clients import Client
-    from ._fetch import OnSent
+    from ._fetch import MaySend, OnSent
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -171,12 +171,16 @@ class Crawler(CrawlerBase):
         return result
 
     async def _attempt(
-        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+        self,
+        client: Client,
+        request: FetchRequest,
+        on_sent: OnSent | None = None,
+        may_send: MaySend | None = None,
     ) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except cancellation."""
         with anyio.move_on_after(self.config.timeout):
             try:
-                return await self._fetcher.fetch(client, request, on_sent)
+                return await self._fetcher.fetch(client, request, on_sent, may_send)
             except Exception as exc:
                 return self._fetcher.unexpected(request.url, exc)
         return self._fetcher.timed_out(request)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from ._clients import Client
     from ._events import FetchRequest, Outcome
-    from ._fetch import OnSent
+    from ._fetch import MaySend, OnSent
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -248,13 +248,17 @@ class Crawler(CrawlerBase):
             self._nudged.set()
 
     async def _attempt(
-        self, client: Client, request: FetchRequest, on_sent: OnSent | None = None
+        self,
+        client: Client,
+        request: FetchRequest,
+        on_sent: OnSent | None = None,
+        may_send: MaySend | None = None,
     ) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except CancelledError."""
         try:
             async with asyncio.timeout(self.config.timeout):
                 try:
-                    return await self._fetcher.fetch(client, request, on_sent)
+                    return await self._fetcher.fetch(client, request, on_sent, may_send)
                 except Exception as exc:
                     return self._fetcher.unexpected(request.url, exc)
         except TimeoutError:

@@ -23,6 +23,7 @@ import resource
 import socket
 import ssl
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,9 +48,11 @@ from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import fetch
 from trio_crawler._lookups import (
     FAILED_LOOKUP_SECONDS,
+    MIN_LOOKUP_THREADS,
     HostLookupError,
     HostLookups,
     happy_eyeballs_order,
+    lookup_threads,
 )
 from trio_crawler._lru import LRU
 from trio_crawler._options import ConfigError
@@ -584,6 +587,56 @@ async def test_a_cancelled_lookup_leaves_the_name_to_whoever_waited(
     assert answers == [(), ("127.0.0.1",)]
     assert resolver.asked == {"slow.test": 2}
     assert lookups.statistics().cached == 1
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_names_the_resolver_hangs_on_leave_threads_for_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of a crawl's workers gave up on a lookup that the resolver never answers (its
+    attempt timed out): the threads run on, blocked, as ``getaddrinfo``'s do while glibc
+    waits for a DNS server. More of them than the event loop's shared pool holds (40 on
+    Trio, fewer on asyncio), and yet the next name is looked up at once, in a thread of
+    the crawl's own; in the shared pool it waited for the hung ones to give up."""
+    workers = MIN_LOOKUP_THREADS + 10
+    hung = threading.Event()  # the DNS server that never answers, until the test ends
+    blocked: list[str] = []
+    lock = threading.Lock()
+    all_blocked = anyio.Event()
+
+    def system_getaddrinfo(host: str, port: object, *args: object, **options: object) -> object:
+        if host == "live.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.7", 0))]
+        with lock:
+            blocked.append(host)
+            if len(blocked) == workers:
+                anyio.from_thread.run_sync(all_blocked.set)
+        hung.wait()
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", system_getaddrinfo)
+    lookups = HostLookups(threads=lookup_threads(workers))
+    try:
+        with anyio.fail_after(HANG_LIMIT):
+            async with anyio.create_task_group() as attempts:
+                for number in range(workers):
+                    attempts.start_soon(lookups.addresses, f"dead{number}.test")
+                await all_blocked.wait()
+                attempts.cancel_scope.cancel()  # every attempt gives up; the threads run on
+            assert await lookups.addresses("live.test") == ("127.0.0.7",)
+    finally:
+        hung.set()
+    assert len(blocked) == workers
+    assert lookups.threads == 2 * workers
+    assert lookup_threads(1) == MIN_LOOKUP_THREADS
+
+
+def test_a_crawl_gives_its_lookups_two_threads_a_worker(engine: Engine) -> None:
+    crawler = engine.crawler(["http://127.0.0.1:1/"], max_tasks=120)
+    connections = crawler._fetcher.connections
+    assert connections is not None
+    assert connections.lookups.threads == 240
 
 
 # Connecting to the addresses a lookup gave.

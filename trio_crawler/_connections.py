@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import anyio.abc
 
-from ._lookups import HostLookups
+from ._lookups import MIN_LOOKUP_THREADS, HostLookups, lookup_threads
 from ._lru import LRU
 from ._options import ConfigError
 
@@ -317,20 +317,22 @@ class CrawlConnections:
     Args:
         idle_limit: The cap on idle connections (None: no cap); see
             :meth:`from_environment` for the crawl's default.
+        lookup_threads: Most host-name lookups at once (see :mod:`~trio_crawler._lookups`).
     """
 
-    def __init__(self, *, idle_limit: int | None) -> None:
+    def __init__(self, *, idle_limit: int | None, lookup_threads: int = MIN_LOOKUP_THREADS) -> None:
         self.idle: IdleConnections[Any] = IdleConnections(idle_limit)
-        self.lookups = HostLookups()
+        self.lookups = HostLookups(threads=lookup_threads)
 
     @classmethod
-    def from_environment(cls) -> CrawlConnections:
-        """With the cap ``TRIO_CRAWLER_MAX_IDLE`` sets, else :func:`default_idle_limit`.
+    def from_environment(cls, *, workers: int = 0) -> CrawlConnections:
+        """With the cap ``TRIO_CRAWLER_MAX_IDLE`` sets, else :func:`default_idle_limit`,
+        and threads for the lookups of a crawl of ``workers`` workers.
 
         Raises:
             ConfigError: If ``TRIO_CRAWLER_MAX_IDLE`` is neither a number >= 0 nor ``none``.
         """
-        return cls(idle_limit=idle_limit_from_environment())
+        return cls(idle_limit=idle_limit_from_environment(), lookup_threads=lookup_threads(workers))
 
     def statistics(self) -> ConnectionStatistics:
         lookups = self.lookups.statistics()

@@ -189,6 +189,7 @@ class CrawlerBase(abc.ABC):
             user_agent=self.config.user_agent or DEFAULT_USER_AGENT,
             keep_exchanges=on_exchange is not None,
             headers=cast("tuple[tuple[str, str], ...]", self.config.headers or ()),
+            workers=self.config.max_tasks,
         )
         # The crawl's store, behind the two seams of _frontier.py: the core takes its
         # frontier, the shell awaits the rest (see _stores.py for which kinds exist).

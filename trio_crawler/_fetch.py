@@ -460,6 +460,8 @@ class Fetcher:
         user_agent: The User-Agent header.
         headers: More headers for every request (``--header``).
         keep_exchanges: Attach each attempt as sent and received to its outcome (``--warc``).
+        workers: How many workers make attempts at once (``max_tasks``): the host-name
+            lookups of the crawler's own clients get threads for that many.
 
     Attributes:
         connections: What the workers' clients share (the cap on idle connections, the
@@ -481,6 +483,7 @@ class Fetcher:
         user_agent: str,
         keep_exchanges: bool,
         headers: Sequence[tuple[str, str]] = (),
+        workers: int = 1,
     ) -> None:
         self.client = client
         self._library = choose_http_library() if client is None else None
@@ -493,7 +496,9 @@ class Fetcher:
         # one is made, not for each (see open_client).
         self._proxy_from_environment: bool | None = None
         # What the workers' transports share: the cap on idle connections, the name cache.
-        self.connections = CrawlConnections.from_environment() if client is None else None
+        self.connections = (
+            CrawlConnections.from_environment(workers=workers) if client is None else None
+        )
         # Whether the transport says when a request has been written (see
         # sending_reported): ours and httpx's own do; a caller's client, once it has.
         self.reports_sending = client is None

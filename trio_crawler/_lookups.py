@@ -26,6 +26,16 @@ cancelled (its timeout, the end of the crawl), the lookup is dropped and nothing
 cached; the first of the attempts that were waiting for it starts another, and the rest
 wait for that one.
 
+Threads: ``getaddrinfo`` blocks, so each lookup runs in a thread, and a dropped one runs on
+until the resolver gives up (glibc waits 5 s a try, and tries again). In the event loop's
+shared pool (40 threads on Trio; on asyncio, the default executor's few) the lookups of
+names whose DNS server does not answer, each held for its whole timeout, left every other
+lookup queued behind them: on a crawl of 200 live hosts and 300 names that the resolver
+answered slowly or not at all, 97 of the live hosts failed, timed out waiting for a thread.
+So a crawl's lookups have threads of their own, :func:`lookup_threads` of them: two for
+each worker, one for its lookup and one for a lookup an attempt of its gave up on, which
+may still run.
+
 On Trio's virtual clock (the test suite), ``getaddrinfo`` of a name runs in a thread, which
 lets the clock jump; the tests replace :func:`getaddrinfo` in this module with a fake that
 answers at once, or run on real time.
@@ -33,14 +43,15 @@ answers at once, or run on real time.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio import getaddrinfo
+import anyio.to_thread
 
 from ._lru import LRU
 
@@ -59,6 +70,28 @@ LOOKUP_CACHE_SIZE = 10_000
 # does not resolve costs one lookup per URL's tries and not one per try, and still lets a
 # brief failure of the resolver heal during a long crawl.
 FAILED_LOOKUP_SECONDS = 30.0
+
+# The fewest threads a crawl's lookups get, whatever its number of workers: as many as the
+# event loop's shared pool has on Trio.
+MIN_LOOKUP_THREADS = 40
+
+
+def lookup_threads(workers: int) -> int:
+    """How many lookups a crawl of ``workers`` workers runs at once (see the module
+    docstring): two a worker, and at least :data:`MIN_LOOKUP_THREADS`."""
+    return max(MIN_LOOKUP_THREADS, 2 * workers)
+
+
+async def getaddrinfo(
+    host: str, port: int | None, *, limiter: anyio.CapacityLimiter
+) -> list[tuple[Any, ...]]:
+    """``socket.getaddrinfo`` for TCP, in one of ``limiter``'s threads; cancelled, it stops
+    waiting at once, and the thread runs on until the resolver answers or gives up."""
+    return await anyio.to_thread.run_sync(
+        functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM),
+        abandon_on_cancel=True,
+        limiter=limiter,
+    )
 
 
 class HostLookupError(OSError):
@@ -107,20 +140,31 @@ class HostLookups:
     Args:
         size: Most names kept (:data:`LOOKUP_CACHE_SIZE`); the least recently used go first.
         failure_seconds: How long a failed lookup is kept (:data:`FAILED_LOOKUP_SECONDS`).
+        threads: Most lookups at once, each in a thread (:func:`lookup_threads`).
 
     Use it from one event loop (the crawl's): it is not thread-safe, and needs no lock
     there, since it never awaits between reading the cache and changing it.
     """
 
     def __init__(
-        self, *, size: int = LOOKUP_CACHE_SIZE, failure_seconds: float = FAILED_LOOKUP_SECONDS
+        self,
+        *,
+        size: int = LOOKUP_CACHE_SIZE,
+        failure_seconds: float = FAILED_LOOKUP_SECONDS,
+        threads: int = MIN_LOOKUP_THREADS,
     ) -> None:
         self._answers: LRU[str, tuple[str, ...] | _Failed] = LRU(size)
+        self._threads = anyio.CapacityLimiter(threads)
         self._under_way: dict[str, anyio.Event] = {}
         self._failure_seconds = failure_seconds
         self._lookups = 0
         self._hits = 0
         self._failures = 0
+
+    @property
+    def threads(self) -> int:
+        """Most lookups at once, each in a thread of this cache's own."""
+        return int(self._threads.total_tokens)
 
     def statistics(self) -> LookupStatistics:
         return LookupStatistics(
@@ -164,7 +208,7 @@ class HostLookups:
         self._lookups += 1
         try:
             try:
-                results = await getaddrinfo(host, None, type=socket.SOCK_STREAM)
+                results = await getaddrinfo(host, None, limiter=self._threads)
             except OSError as exc:  # socket.gaierror: no such name, or no answer
                 failure = str(exc)
             else:

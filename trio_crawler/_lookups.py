@@ -31,7 +31,8 @@ until the resolver gives up (glibc waits 5 s a try, and tries again). In the eve
 shared pool (40 threads on Trio; on asyncio, the default executor's few) the lookups of
 names whose DNS server does not answer, each held for its whole timeout, left every other
 lookup queued behind them: on a crawl of 200 live hosts and 300 names that the resolver
-answered slowly or not at all, 97 of the live hosts failed, timed out waiting for a thread.
+answered slowly or not at all, 97 and 80 of the live hosts failed in two runs, timed out
+waiting for a thread.
 So a crawl's lookups have threads of their own, :func:`lookup_threads` of them: two for
 each worker, one for its lookup and one for a lookup an attempt of its gave up on, which
 may still run.

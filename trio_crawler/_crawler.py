@@ -34,9 +34,11 @@ from ._options import ConfigError, reject_unknown_options, takes_options
 from ._output import OutputFiles
 from ._state import CrawlState
 from ._stores import check_output, open_store, with_stored_options
+from ._turns import free_turn
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+    from contextlib import AbstractAsyncContextManager
     from typing import Unpack
 
     import httpx
@@ -421,7 +423,9 @@ class CrawlerBase(abc.ABC):
             ended = self._now()  # its last byte or failure, before the archive is written
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
-            result = self.state.attempt_finished(request, outcome, now=ended, started=started)
+            # Reading the page waits its turn: after the requests that are due (_turns.py).
+            async with self._page_turn():
+                result = self.state.attempt_finished(request, outcome, now=ended, started=started)
             if isinstance(result, PageRead):  # only with a handler: it runs here, in the
                 assert self._handler is not None  # worker's task and cancel scope
                 handled = await run_handler(self._handler, Page(result, self.config))
@@ -439,6 +443,11 @@ class CrawlerBase(abc.ABC):
                 self._store_lost(exc)
         elif self.store.has_work(starved=False):
             await self._flush_store(starved=False)
+
+    def _page_turn(self) -> AbstractAsyncContextManager[object]:
+        """The turn in which a fetched page is read (see _turns.py); an engine that hands
+        requests out through a dispatcher makes the pages wait for it."""
+        return free_turn()
 
     def _may_send(self, request: FetchRequest) -> bool:
         """Whether ``request``, its connection made, may be written now (not held back)."""

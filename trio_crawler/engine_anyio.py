@@ -14,6 +14,9 @@ stream, ``trio.move_on_after`` ``anyio.move_on_after``. The design is the same:
   buffer filled);
 - when the core reports it is finished, the dispatcher closes its send stream and every
   worker's ``async for`` ends: no task is ever cancelled to end a finished crawl;
+- a worker reads its page in a turn (:class:`~trio_crawler._turns.Turns`, on an AnyIO
+  lock and events): one page a pass of the loop, while the dispatcher has no request in
+  hand, so that a request due goes out before the pages waiting to be parsed;
 - one cancel scope bounds the crawl (``max_time``, :meth:`Crawler.stop`), another each
   attempt; client cleanup is shielded and bounded.
 
@@ -34,9 +37,11 @@ import anyio
 
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
+from ._turns import Turns
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
 
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -63,6 +68,7 @@ class Crawler(CrawlerBase):
         self._crawl_scope: anyio.CancelScope | None = None
         self._progress: anyio.Event | None = None
         self._progress_scope: anyio.CancelScope | None = None
+        self._turns: Turns | None = None
 
     def _now(self) -> float:
         return anyio.current_time()
@@ -85,6 +91,7 @@ class Crawler(CrawlerBase):
         self._crawl_scope = anyio.CancelScope()
         self._progress_scope = anyio.CancelScope()
         self._progress = anyio.Event()
+        self._turns = Turns(anyio.Lock(), anyio.Event)
         if self.config.max_time is not None:
             self._crawl_scope.deadline = start + self.config.max_time
         if self._stopping:  # stop() came before crawl()
@@ -113,8 +120,20 @@ class Crawler(CrawlerBase):
             while True:
                 request = self.state.next_request(now=anyio.current_time())
                 if request is not None:
-                    await request_sender.send(request)
+                    assert self._turns is not None
+                    self._turns.handing_out()
+                    try:
+                        request_sender.send_nowait(request)
+                    except anyio.WouldBlock:
+                        # Every worker is busy, and some may wait for a turn to read
+                        # their page: it must come, or none would be free to take this.
+                        self._turns.waiting()
+                        await request_sender.send(request)
+                    else:
+                        await anyio.lowlevel.checkpoint()  # the worker writes it first
                     continue
+                assert self._turns is not None
+                self._turns.waiting()  # pages may be read until a request is due
                 if self._store_needs():  # a state file to write, or its queue to load
                     await self._flush_store(starved=True)
                     continue
@@ -147,6 +166,10 @@ class Crawler(CrawlerBase):
         """A URL is finished (or went back): the dispatcher may have work, or be done."""
         if self._progress is not None:
             self._progress.set()
+
+    def _page_turn(self) -> AbstractAsyncContextManager[object]:
+        assert self._turns is not None
+        return self._turns.turn()
 
     async def _report_progress(self) -> None:
         """Call ``on_progress`` every interval: one more task beside the workers.

@@ -18,6 +18,9 @@ This engine is here for contrast, and keeps the chapter's shape on purpose::
 
 It runs on the same core as the Trio and AnyIO engines, so it finds the same URLs, but the
 queue is the frontier here: workers move every URL the core hands out into it at once.
+With no dispatcher handing requests out, there is nobody for a page to wait for, so pages
+are read as they come, not in turns after the requests due (``_turns.py``): a broad crawl
+drifts later on this engine than on the others.
 Where it departs from the chapter, the code says so:
 
 - ``task_done()`` is called in ``finally``: in the chapter, a URL whose handling raised

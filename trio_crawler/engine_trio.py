@@ -16,8 +16,11 @@ The whole concurrency of a crawl::
             while True:
                 request = state.next_request(now=trio.current_time())
                 if request is not None:
+                    turns.handing_out()                 # pages wait (see below)
                     await sender.send(request)          # blocks until a worker is idle
-                elif store.has_work(starved=True):      # a state file to write, a lease
+                    continue                            # (and lets pages go meanwhile)
+                turns.waiting()
+                if store.has_work(starved=True):        # a state file to write, a lease
                     await store.flush(starved=True)
                 elif state.finished:                    # replaces Queue.join()
                     break
@@ -31,7 +34,8 @@ The whole concurrency of a crawl::
             with trio.move_on_after(timeout):           # bounds one attempt
                 outcome = await fetch(client, request.url, on_sent=sent)  # written: the
                                                         # host's delay runs from then
-            result = state.attempt_finished(request, outcome, now=trio.current_time())
+            async with turns.turn():                    # after the requests due
+                result = state.attempt_finished(request, outcome, now=trio.current_time())
             if isinstance(result, Committing):          # a durable store keeps it first
                 await store.settle(request)             # ... and then the record is made
             progress.set()                              # may have queued links
@@ -43,6 +47,15 @@ So the frontier is data in :class:`~trio_crawler._state.CrawlState` (bounded by 
 holding small frozen requests), the dispatcher is the channel's only sender, and the
 channel only ever carries one request to one idle worker. With no buffer, a request leaves
 the frontier only when a worker is ready for it, so ``Todo`` in the report is exact.
+
+Why pages take turns. A polite crawl never makes up a late request: the host's next one is
+due a delay after it. A page that has arrived can wait to be read, since its host is not due
+again for a whole delay. Trio runs every ready task once a pass, in no set order, so a
+request that falls due while hundreds of pages wait to be parsed would go out behind them.
+So a worker reads its page (``attempt_finished``: parse, links, record) in a turn of
+:class:`~trio_crawler._turns.Turns`: one page a pass of the loop, and only while the
+dispatcher has no request in hand. The dispatcher lets pages go before it blocks for a
+worker, since the busy workers may be the ones waiting for a turn.
 
 Ending the crawl needs no ``task.cancel()``: when the core reports it is finished, the
 dispatcher closes the send side, each worker's ``async for`` ends, and the nursery exits.
@@ -69,9 +82,11 @@ import trio
 
 from ._crawler import CLEANUP_TIMEOUT, CrawlerBase, FinishReason
 from ._events import FetchRequest, Outcome
+from ._turns import Turns
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
 
     from ._clients import Client
     from ._fetch import MaySend, OnSent
@@ -92,6 +107,7 @@ class Crawler(CrawlerBase):
         self._crawl_scope = trio.CancelScope()
         self._progress = trio.Event()
         self._progress_scope = trio.CancelScope()
+        self._turns = Turns(trio.Lock(), trio.Event)
 
     def _now(self) -> float:
         return trio.current_time()
@@ -139,8 +155,18 @@ class Crawler(CrawlerBase):
             while True:
                 request = self.state.next_request(now=trio.current_time())
                 if request is not None:
-                    await request_sender.send(request)
+                    self._turns.handing_out()
+                    try:
+                        request_sender.send_nowait(request)
+                    except trio.WouldBlock:
+                        # Every worker is busy, and some may wait for a turn to read
+                        # their page: it must come, or none would be free to take this.
+                        self._turns.waiting()
+                        await request_sender.send(request)
+                    else:
+                        await trio.lowlevel.checkpoint()  # the worker writes it first
                     continue
+                self._turns.waiting()  # pages may be read until a request is due
                 if self._store_needs():  # a state file to write, or its queue to load
                     await self._flush_store(starved=True)
                     continue
@@ -169,6 +195,9 @@ class Crawler(CrawlerBase):
 
     def _wake_dispatcher(self) -> None:
         self._progress.set()
+
+    def _page_turn(self) -> AbstractAsyncContextManager[object]:
+        return self._turns.turn()
 
     async def _report_progress(self) -> None:
         """Call ``on_progress`` every interval: one more task beside the workers.

@@ -1,0 +1,162 @@
+"""Requests before pages: reading a fetched page waits while the dispatcher hands out.
+
+A polite crawl never makes up a request's lateness (the host's next request is due a delay
+after it), while a page that has arrived can wait to be read. ``_turns.py`` orders the two
+on one event loop; here its rules are checked one by one on both of AnyIO's backends, and
+then on each engine that hands requests out through a dispatcher: every request that is
+due goes out before any page is read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from trio_crawler._stats import FetchStatistic
+from trio_crawler._turns import Turns
+
+from conftest import Engine
+from mock_http import streamed
+from support import HANG_LIMIT
+
+BACKENDS = ["trio", "asyncio"]
+
+
+def new_turns() -> Turns:
+    return Turns(anyio.Lock(), anyio.Event)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_page_waits_while_the_dispatcher_holds_a_request(backend: str) -> None:
+    async def scenario() -> None:
+        turns, read = new_turns(), []
+
+        async def reader() -> None:
+            async with turns.turn():
+                read.append("page")
+
+        turns.handing_out()
+        with anyio.fail_after(HANG_LIMIT):
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(reader)
+                await anyio.wait_all_tasks_blocked()
+                assert read == []
+                turns.handing_out()  # a second request in hand: still none
+                await anyio.wait_all_tasks_blocked()
+                assert read == []
+                turns.waiting()
+        assert read == ["page"]
+
+    anyio.run(scenario, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_page_is_read_at_once_while_the_dispatcher_waits(backend: str) -> None:
+    async def scenario() -> None:
+        turns, read = new_turns(), []
+        with anyio.fail_after(HANG_LIMIT):
+            async with turns.turn():  # before the dispatcher's first request, too
+                read.append("first")
+            turns.handing_out()
+            turns.waiting()
+            async with turns.turn():
+                read.append("second")
+        assert read == ["first", "second"]
+
+    anyio.run(scenario, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pages_are_read_one_at_a_time_in_the_order_they_came(backend: str) -> None:
+    """The first reader holds its turn until told to let go; the others, arriving one by
+    one meanwhile, wait outside, and then go in the order they arrived."""
+
+    async def scenario() -> None:
+        turns, order, inside, most = new_turns(), [], set(), 0
+        let_go = anyio.Event()
+
+        async def reader(name: int) -> None:
+            nonlocal most
+            async with turns.turn():
+                inside.add(name)
+                most = max(most, len(inside))
+                if name == 0:
+                    await let_go.wait()
+                await anyio.lowlevel.checkpoint()
+                order.append(name)
+                inside.remove(name)
+
+        with anyio.fail_after(HANG_LIMIT):
+            async with anyio.create_task_group() as task_group:
+                for name in range(5):
+                    task_group.start_soon(reader, name)
+                    await anyio.wait_all_tasks_blocked()
+                let_go.set()
+        assert most == 1
+        assert order == [0, 1, 2, 3, 4]
+
+    anyio.run(scenario, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_turn_is_one_pass_of_the_loop_so_ready_tasks_run_between_pages(backend: str) -> None:
+    """Three pages queued for their turns, and a task that is ready at every pass of the
+    loop (a worker writing requests, say): it runs in each pass, so at least twice before
+    the last page is read, where free turns would read all three in the first pass."""
+
+    async def scenario() -> None:
+        turns, events = new_turns(), []
+
+        async def reader(name: str) -> None:
+            async with turns.turn():
+                events.append(name)
+
+        async def ready_task() -> None:
+            for _ in range(4):
+                events.append("tick")
+                await anyio.lowlevel.checkpoint()
+
+        turns.handing_out()
+        with anyio.fail_after(HANG_LIMIT):
+            async with anyio.create_task_group() as task_group:
+                for name in ["page 1", "page 2", "page 3"]:
+                    task_group.start_soon(reader, name)
+                await anyio.wait_all_tasks_blocked()
+                turns.waiting()
+                task_group.start_soon(ready_task)
+        third = max(at for at, event in enumerate(events) if event.startswith("page"))
+        assert events[:third].count("tick") >= 2
+
+    anyio.run(scenario, backend=backend)
+
+
+@pytest.mark.anyio
+@pytest.mark.real_time
+async def test_every_due_request_goes_out_before_a_page_is_read(engine: Engine) -> None:
+    """Twenty hosts are due at once, and each answer comes back at once. The engines that
+    hand requests out through a dispatcher send all twenty before they read the first
+    page; the asyncio engine, the chapter's queue, has no dispatcher to wait for."""
+    if engine.name == "asyncio":
+        pytest.skip("the chapter's queue: no dispatcher, no turns (see _turns.py)")
+    hosts = 20
+    events: list[tuple[str, str]] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        events.append(("sent", request.url.host))
+        return streamed(200, b"<p>no links</p>", [("content-type", "text/html")])
+
+    def on_record(record: FetchStatistic) -> None:
+        events.append(("read", httpx.URL(record.url).host))
+
+    roots = [f"http://h{host}.test/" for host in range(hosts)]
+    options: dict[str, Any] = {"max_tasks": hosts, "delay": 1.0, "obey_robots": False}
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        crawler = engine.crawler(roots, client=client, on_record=on_record, **options)
+        with anyio.fail_after(HANG_LIMIT):
+            await crawler.crawl()
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["sent"] * hosts + ["read"] * hosts
+    assert {host for _, host in events} == {f"h{host}.test" for host in range(hosts)}

@@ -70,6 +70,22 @@ def test_a_page_is_read_at_once_while_the_dispatcher_waits(backend: str) -> None
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_crawl_without_a_delay_reads_its_pages_at_once(backend: str) -> None:
+    """No request waits for its time, so there is nothing to read pages after: a page goes
+    even while a request is in hand, and two pages may be read at once."""
+
+    async def scenario() -> None:
+        turns, read = Turns(anyio.Lock(), anyio.Event, paced=False), []
+        turns.handing_out()
+        with anyio.fail_after(HANG_LIMIT):
+            async with turns.turn(), turns.turn():
+                read.append("page")
+        assert read == ["page"]
+
+    anyio.run(scenario, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_pages_are_read_one_at_a_time_in_the_order_they_came(backend: str) -> None:
     """The first reader holds its turn until told to let go; the others, arriving one by
     one meanwhile, wait outside, and then go in the order they arrived."""
@@ -137,8 +153,12 @@ def test_a_turn_is_one_pass_of_the_loop_so_ready_tasks_run_between_pages(backend
 @pytest.mark.real_time
 async def test_every_due_request_goes_out_before_a_page_is_read(engine: Engine) -> None:
     """Twenty hosts are due at once, and each answer comes back at once. The engines that
-    hand requests out through a dispatcher send all twenty before they read the first
-    page; the asyncio engine, the chapter's queue, has no dispatcher to wait for."""
+    hand requests out through a dispatcher send all twenty before they read a page; the
+    asyncio engine, the chapter's queue, has no dispatcher to wait for.
+
+    One page may come first: if the dispatcher runs before any worker is waiting for a
+    request, it blocks for one and lets pages go meanwhile (a busy worker may be waiting
+    for a turn), and the first worker can read its page before the dispatcher is back."""
     if engine.name == "asyncio":
         pytest.skip("the chapter's queue: no dispatcher, no turns (see _turns.py)")
     hosts = 20
@@ -158,5 +178,35 @@ async def test_every_due_request_goes_out_before_a_page_is_read(engine: Engine) 
         with anyio.fail_after(HANG_LIMIT):
             await crawler.crawl()
     kinds = [kind for kind, _ in events]
-    assert kinds == ["sent"] * hosts + ["read"] * hosts
+    assert sorted(kinds) == ["read"] * hosts + ["sent"] * hosts
+    last_sent = len(kinds) - 1 - kinds[::-1].index("sent")
+    assert kinds[:last_sent].count("read") <= 1
     assert {host for _, host in events} == {f"h{host}.test" for host in range(hosts)}
+
+
+@pytest.mark.anyio
+@pytest.mark.real_time
+async def test_without_a_delay_a_page_is_read_before_every_request_has_gone(
+    engine: Engine,
+) -> None:
+    """The same twenty hosts with no delay: pages are read as they come, so the first is
+    read while the dispatcher still hands out the others' requests."""
+    hosts = 20
+    events: list[str] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        events.append("sent")
+        return streamed(200, b"<p>no links</p>", [("content-type", "text/html")])
+
+    def on_record(record: FetchStatistic) -> None:
+        events.append("read")
+
+    roots = [f"http://h{host}.test/" for host in range(hosts)]
+    options: dict[str, Any] = {"max_tasks": hosts, "obey_robots": False}
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        crawler = engine.crawler(roots, client=client, on_record=on_record, **options)
+        with anyio.fail_after(HANG_LIMIT):
+            await crawler.crawl()
+    assert sorted(events) == ["read"] * hosts + ["sent"] * hosts
+    last_sent = len(events) - 1 - events[::-1].index("sent")
+    assert events.index("read") < last_sent

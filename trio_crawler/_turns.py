@@ -33,6 +33,12 @@ therefore never kept waiting by anything that waits for turns, and pages are rea
 whenever no request is due: between two rounds of a broad crawl, the loop reads what the
 round fetched.
 
+Only a crawl with a delay (``--delay``) takes turns. Without one, no request ever waits
+for its time, so there is no lateness to keep off it, while a page a pass costs a pass of
+the loop for every page: on one host with no delay (3 000 pages, 100 workers) the turns
+took 13 % more CPU, median of 20 pairs. A crawl without ``--delay`` whose hosts set a
+``Crawl-delay`` reads its pages as they come, as before.
+
 The Trio and AnyIO engines take turns; the asyncio engine keeps the chapter's design (a
 queue any idle worker takes from, with no dispatcher to ask), so its turns are free.
 """
@@ -63,14 +69,20 @@ class Turns:
     ``lock`` must yield to the event loop when it is taken, as Trio's and AnyIO's locks
     do: that checkpoint is what lets ready tasks run between two pages. ``new_flag`` makes
     an event of the engine's library; one is made whenever the dispatcher starts handing
-    out again, so that a wait for it is never woken by an old one.
+    out again, so that a wait for it is never woken by an old one. ``paced``: whether the
+    crawl has a delay; without one every turn is free.
     """
 
     def __init__(
-        self, lock: AbstractAsyncContextManager[object], new_flag: Callable[[], Flag]
+        self,
+        lock: AbstractAsyncContextManager[object],
+        new_flag: Callable[[], Flag],
+        *,
+        paced: bool = True,
     ) -> None:
         self._lock = lock
         self._new_flag = new_flag
+        self._paced = paced
         self._dispatcher_waits = new_flag()
         self._dispatcher_waits.set()
 
@@ -83,9 +95,13 @@ class Turns:
         """The dispatcher has nothing to hand out now, or waits for a worker: pages may go."""
         self._dispatcher_waits.set()
 
+    def turn(self) -> AbstractAsyncContextManager[object]:
+        """Hold the one turn, once the dispatcher has no request in hand; in a crawl that
+        is not ``paced`` (no delay), go at once."""
+        return self._taken_turn() if self._paced else free_turn()
+
     @asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
-        """Hold the one turn, once the dispatcher has no request in hand."""
+    async def _taken_turn(self) -> AsyncIterator[None]:
         async with self._lock:
             while not self._dispatcher_waits.is_set():
                 await self._dispatcher_waits.wait()

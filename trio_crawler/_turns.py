@@ -87,8 +87,9 @@ class Turns:
         self._dispatcher_waits.set()
 
     def handing_out(self) -> None:
-        """The dispatcher has a request in hand: pages wait until it has none."""
-        if self._dispatcher_waits.is_set():
+        """The dispatcher has a request in hand: pages wait until it has none (in a paced
+        crawl: the others' turns never look, so no event is made for them)."""
+        if self._paced and self._dispatcher_waits.is_set():
             self._dispatcher_waits = self._new_flag()
 
     def waiting(self) -> None:

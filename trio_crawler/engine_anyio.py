@@ -117,24 +117,24 @@ class Crawler(CrawlerBase):
 
     async def _dispatch(self, request_sender: MemoryObjectSendStream[FetchRequest]) -> None:
         """Hand queued requests to idle workers until the core says the crawl is done."""
+        turns = self._turns
+        assert turns is not None
         async with request_sender:
             while True:
                 request = self.state.next_request(now=anyio.current_time())
                 if request is not None:
-                    assert self._turns is not None
-                    self._turns.handing_out()
+                    turns.handing_out()
                     try:
                         request_sender.send_nowait(request)
                     except anyio.WouldBlock:
                         # Every worker is busy, and some may wait for a turn to read
                         # their page: it must come, or none would be free to take this.
-                        self._turns.waiting()
+                        turns.waiting()
                         await request_sender.send(request)
                     else:
                         await anyio.lowlevel.checkpoint()  # the worker writes it first
                     continue
-                assert self._turns is not None
-                self._turns.waiting()  # pages may be read until a request is due
+                turns.waiting()  # pages may be read until a request is due
                 if self._store_needs():  # a state file to write, or its queue to load
                     await self._flush_store(starved=True)
                     continue

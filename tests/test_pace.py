@@ -182,7 +182,7 @@ def too_many(retry_after: float | None = 1.0) -> Response:
     return Response(status=429, content_type="text/plain", body=b"", retry_after=retry_after)
 
 
-def start_crawl(**options: object) -> tuple[object, list[FetchRequest]]:
+def start_crawl(**options: object) -> tuple[CrawlState, list[FetchRequest]]:
     """A crawl whose root links to 20 pages, of which 3 are handed out at t=1."""
     state, _ = make_state(max_tries=4, **options)
     open_origin(state)
@@ -194,11 +194,13 @@ def start_crawl(**options: object) -> tuple[object, list[FetchRequest]]:
 
 def test_a_pushback_slows_the_origin_on_every_store() -> None:
     state, flying = start_crawl(adapt=True)
+    assert not state.frontier.paced
     assert finish(state, flying[0], too_many(), now=1.1) is None
     for request in flying[1:]:
         finish(state, request, pages(0), now=1.1)
     assert state.statistics().slowed == 1
     assert state.counters()[SLOWED_ORIGINS] == 1
+    assert state.frontier.paced  # from now on the engines read pages in turns (_turns.py)
     # After the Retry-After, one request goes out, and the next only after the gap.
     assert state.next_request(now=2.0) is None
     first = take(state, now=2.1)
@@ -215,6 +217,7 @@ def test_no_adapt_keeps_the_crawls_own_pace() -> None:
     for request in flying[1:]:
         finish(state, request, pages(0), now=1.1)
     assert state.statistics().slowed == 0
+    assert not state.frontier.paced
     assert SLOWED_ORIGINS not in state.counters()
     take(state, now=2.1)
     assert state.next_request(now=2.1) is not None

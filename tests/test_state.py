@@ -800,8 +800,12 @@ def test_spacing_is_the_larger_of_delay_and_crawl_delay_capped(
     delay: float, crawl_delay: str | None, spacing: float
 ) -> None:
     state, _ = make_state(ROOT, ROOT + "a", ROOT + "b", delay=delay)
+    # Paced (the engines read pages in turns, _turns.py) by --delay from the start, by a
+    # Crawl-delay from the rules that set it.
+    assert state.frontier.paced is (delay > 0)
     rules = "" if crawl_delay is None else f"User-agent: *\nCrawl-delay: {crawl_delay}\n"
     open_origin(state, rules, now=0.0)
+    assert state.frontier.paced is (spacing > 0)
     for n in (1, 2, 3):
         if spacing:
             assert state.next_request(now=n * spacing - 0.01) is None

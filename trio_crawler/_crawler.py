@@ -449,6 +449,10 @@ class CrawlerBase(abc.ABC):
         requests out through a dispatcher makes the pages wait for it."""
         return free_turn()
 
+    def _paced(self) -> bool:
+        """Whether pages take turns yet (_turns.py): once any origin has had a delay."""
+        return self.store.paced
+
     def _may_send(self, request: FetchRequest) -> bool:
         """Whether ``request``, its connection made, may be written now (not held back)."""
         return not self.state.held_back(request, now=self._now())

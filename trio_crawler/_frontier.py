@@ -405,6 +405,13 @@ class Frontier(Protocol):
         """Origins slowed by their pace now, and at any point of the crawl."""
         ...
 
+    @property
+    def paced(self) -> bool:
+        """Whether any origin has had a delay (``--delay``, a ``Crawl-delay``) or a pace
+        slowed by pushback; never false again once true. From then on the engines read
+        pages in turns after the requests that are due (``_turns.py``)."""
+        ...
+
     def retry(self, request: FetchRequest, *, at_once: bool = False) -> bool:
         """A retry of ``request``: True to attempt it at once, False if it was queued again
         to wait its origin's turn (never with ``at_once``: a stopping crawl's retries)."""

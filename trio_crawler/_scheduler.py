@@ -97,6 +97,8 @@ class OriginScheduler:
         # Whether any origin has rules that may refuse a URL: until one has, no link is
         # looked up (a crawl that ignores robots.txt, or whose files allow everything).
         self._may_turn_away = False
+        # Whether any origin has had a delay: the crawl's, or a Crawl-delay (see paced).
+        self._delayed = delay > 0
 
     # -- counts --------------------------------------------------------------------------
 
@@ -246,6 +248,7 @@ class OriginScheduler:
             origin.robots = RobotsState.FAILED
         if delay is not None:
             origin.delay = max(self._delay, delay)
+            self._delayed = self._delayed or origin.delay > 0
 
     def hold_origin(self, key: str, *, not_before: float) -> None:
         """Hand nothing out for origin ``key`` before ``not_before`` (a kept Retry-After,
@@ -451,6 +454,7 @@ class OriginScheduler:
             self._set_robots(origin, RobotsState.FAILED)
         if delay is not None:
             origin.delay = delay
+            self._delayed = self._delayed or delay > 0
         origin.next_start = max(origin.next_start, now + origin.spacing())
         self._make_ready(origin)
 
@@ -494,6 +498,12 @@ class OriginScheduler:
     def slowed(self) -> tuple[int, int]:
         """Origins slowed by their pace now, and ever (the progress line, the report)."""
         return self._tally.counts
+
+    @property
+    def paced(self) -> bool:
+        """Whether any origin has had a delay (the crawl's, a Crawl-delay) or a pace slowed
+        by pushback: from then on a late request is lateness its host keeps."""
+        return self._delayed or self._tally.counts[1] > 0
 
     def pace_of(self, key: str) -> Pace | None:
         """Origin ``key``'s pace, for a store to keep (None: --no-adapt, or unknown)."""

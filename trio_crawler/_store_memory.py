@@ -179,6 +179,10 @@ class MemoryFrontier:
     def slowed(self) -> tuple[int, int]:
         return self.scheduler.slowed
 
+    @property
+    def paced(self) -> bool:
+        return self.scheduler.paced
+
     def retry(self, request: FetchRequest, *, at_once: bool = False) -> bool:
         return self.scheduler.retry(request, at_once=at_once)
 

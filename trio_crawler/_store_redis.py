@@ -156,6 +156,7 @@ class RedisFrontier:
         self._held: dict[str, FetchRequest | None] = {}
         self._robots_tickets: deque[str] = deque()
         self._delays: dict[str, float] = {}
+        self._delayed = False  # whether any of them is above 0
         self._starting: set[str] = set()
         # URL -> when its last answer ended, on the server's clock, for its done operation.
         self._ended: dict[str, float] = {}
@@ -359,6 +360,17 @@ class RedisFrontier:
     def slowed(self) -> tuple[int, int]:
         return self.shared.slowed_now, self.shared.slowed_ever
 
+    @property
+    def paced(self) -> bool:
+        # The delays are the server's (Crawl-delay, --delay), kept here as each origin's
+        # is learnt; the local scheduler knows this process's slowed paces.
+        return (
+            self._delayed
+            or self.link.base_delay > 0
+            or self.shared.slowed_ever > 0
+            or self.scheduler.paced
+        )
+
     def retry(self, request: FetchRequest, *, at_once: bool = False) -> bool:
         """A retry waits its turn on a host with a delay; else it goes at once."""
         key = "" if request.robots or at_once else origin_of(request.url)
@@ -414,6 +426,7 @@ class RedisFrontier:
         if delay is not None:
             op["dl"] = delay
             self._delays[request.origin] = delay
+            self._delayed = self._delayed or delay > 0
         self._ops.append(op)
 
     def _back(self, request: FetchRequest, *, wait: float) -> None:
@@ -764,6 +777,7 @@ class RedisFrontier:
         for key, answer in zip(keys, answers, strict=True):
             state = origin_state(key, answer)
             self._delays[key] = state.delay
+            self._delayed = self._delayed or state.delay > 0
             self.scheduler.restore_origin(key, rules=state.rules, failure=state.failure, delay=None)
 
     def close(self) -> None:

@@ -33,11 +33,12 @@ therefore never kept waiting by anything that waits for turns, and pages are rea
 whenever no request is due: between two rounds of a broad crawl, the loop reads what the
 round fetched.
 
-Only a crawl with a delay (``--delay``) takes turns. Without one, no request ever waits
-for its time, so there is no lateness to keep off it, while a page a pass costs a pass of
-the loop for every page: on one host with no delay (3 000 pages, 100 workers) the turns
-took 13 % more CPU, median of 20 pairs. A crawl without ``--delay`` whose hosts set a
-``Crawl-delay`` reads its pages as they come, as before.
+Only a paced crawl takes turns: one with a delay (``--delay``), or from the moment any
+origin has one (a ``Crawl-delay``) or a pace slowed by pushback (the store's ``paced``).
+Until then no request ever waits for its time, so there is no lateness to keep off it,
+while a page a pass costs a pass of the loop for every page: on one host with no delay
+(3 000 pages, 100 workers) the turns took 13 % more CPU, median of 20 pairs. A crawl
+becomes paced once, and stays so.
 
 The Trio and AnyIO engines take turns; the asyncio engine keeps the chapter's design (a
 queue any idle worker takes from, with no dispatcher to ask), so its turns are free.
@@ -69,8 +70,9 @@ class Turns:
     ``lock`` must yield to the event loop when it is taken, as Trio's and AnyIO's locks
     do: that checkpoint is what lets ready tasks run between two pages. ``new_flag`` makes
     an event of the engine's library; one is made whenever the dispatcher starts handing
-    out again, so that a wait for it is never woken by an old one. ``paced``: whether the
-    crawl has a delay; without one every turn is free.
+    out again, so that a wait for it is never woken by an old one. ``paced`` says whether
+    the crawl is paced yet (asked at each hand-out and each turn; once true, it must stay
+    true); until it is, every turn is free.
     """
 
     def __init__(
@@ -78,7 +80,7 @@ class Turns:
         lock: AbstractAsyncContextManager[object],
         new_flag: Callable[[], Flag],
         *,
-        paced: bool = True,
+        paced: Callable[[], bool] = lambda: True,
     ) -> None:
         self._lock = lock
         self._new_flag = new_flag
@@ -89,7 +91,7 @@ class Turns:
     def handing_out(self) -> None:
         """The dispatcher has a request in hand: pages wait until it has none (in a paced
         crawl: the others' turns never look, so no event is made for them)."""
-        if self._paced and self._dispatcher_waits.is_set():
+        if self._dispatcher_waits.is_set() and self._paced():
             self._dispatcher_waits = self._new_flag()
 
     def waiting(self) -> None:
@@ -98,8 +100,8 @@ class Turns:
 
     def turn(self) -> AbstractAsyncContextManager[object]:
         """Hold the one turn, once the dispatcher has no request in hand; in a crawl that
-        is not ``paced`` (no delay), go at once."""
-        return self._taken_turn() if self._paced else free_turn()
+        is not paced yet, go at once."""
+        return self._taken_turn() if self._paced() else free_turn()
 
     @asynccontextmanager
     async def _taken_turn(self) -> AsyncIterator[None]:

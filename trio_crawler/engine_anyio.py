@@ -14,7 +14,7 @@ stream, ``trio.move_on_after`` ``anyio.move_on_after``. The design is the same:
   buffer filled);
 - when the core reports it is finished, the dispatcher closes its send stream and every
   worker's ``async for`` ends: no task is ever cancelled to end a finished crawl;
-- in a crawl with a delay, a worker reads its page in a turn
+- in a paced crawl (a delay, a Crawl-delay, a slowed pace), a worker reads its page in a turn
   (:class:`~trio_crawler._turns.Turns`, on an AnyIO lock and events): one page a pass of
   the loop, while the dispatcher has no request in hand, so that a request due goes out
   before the pages waiting to be parsed;
@@ -92,7 +92,7 @@ class Crawler(CrawlerBase):
         self._crawl_scope = anyio.CancelScope()
         self._progress_scope = anyio.CancelScope()
         self._progress = anyio.Event()
-        self._turns = Turns(anyio.Lock(), anyio.Event, paced=self.config.delay > 0)
+        self._turns = Turns(anyio.Lock(), anyio.Event, paced=self._paced)
         if self.config.max_time is not None:
             self._crawl_scope.deadline = start + self.config.max_time
         if self._stopping:  # stop() came before crawl()

@@ -52,10 +52,11 @@ Why pages take turns. A polite crawl never makes up a late request: the host's n
 due a delay after it. A page that has arrived can wait to be read, since its host is not due
 again for a whole delay. Trio runs every ready task once a pass, in no set order, so a
 request that falls due while hundreds of pages wait to be parsed would go out behind them.
-So, in a crawl with a delay, a worker reads its page (``attempt_finished``: parse, links,
-record) in a turn of :class:`~trio_crawler._turns.Turns`: one page a pass of the loop, and
-only while the dispatcher has no request in hand. The dispatcher lets pages go before it
-blocks for a worker, since the busy workers may be the ones waiting for a turn.
+So, in a paced crawl (a delay, a Crawl-delay, a slowed pace), a worker reads its page
+(``attempt_finished``: parse, links, record) in a turn of :class:`~trio_crawler._turns.Turns`:
+one page a pass of the loop, and only while the dispatcher has no request in hand. The
+dispatcher lets pages go before it blocks for a worker, since the busy workers may be the
+ones waiting for a turn.
 
 Ending the crawl needs no ``task.cancel()``: when the core reports it is finished, the
 dispatcher closes the send side, each worker's ``async for`` ends, and the nursery exits.
@@ -107,7 +108,7 @@ class Crawler(CrawlerBase):
         self._crawl_scope = trio.CancelScope()
         self._progress = trio.Event()
         self._progress_scope = trio.CancelScope()
-        self._turns = Turns(trio.Lock(), trio.Event, paced=self.config.delay > 0)
+        self._turns = Turns(trio.Lock(), trio.Event, paced=self._paced)
 
     def _now(self) -> float:
         return trio.current_time()

@@ -383,6 +383,8 @@ class Setup:
     # so that their interpreters start during the first process's robots.txt burst, as
     # processes started together would; more shows what that costs.
     join_after: float = 0.0
+    # The delay is each host's robots.txt Crawl-delay, and ours runs without --delay.
+    crawl_delay: bool = False
 
 
 def our_command(
@@ -399,8 +401,10 @@ def our_command(
     as the single-host crawl runs), the roots from a file when the CLI reads one, else as
     arguments (none for a joiner: ``roots_file`` None and ``roots`` empty)."""
     command = [setup.python, "-m", "trio_crawler", "-q", "--no-progress", "-o", str(output)]
+    if broad and not setup.crawl_delay:
+        command += ["--delay", f"{delay:g}"]
     if broad:
-        command += ["--delay", f"{delay:g}", "--max-per-host", "1"]
+        command += ["--max-per-host", "1"]
     command += ["--max-tasks", str(setup.max_tasks), *extra]
     if setup.max_time is not None:
         command += ["--max-time", f"{setup.max_time:g}"]
@@ -906,6 +910,13 @@ def build_parser() -> argparse.ArgumentParser:
         "wall ÷ (PxD) (Scrapy and Crawlee crawl once)",
     )
     parser.add_argument(
+        "--crawl-delay",
+        action="store_true",
+        help="--mode compare: each host's robots.txt asks for the delay (Crawl-delay: D) and "
+        "this crawler runs without --delay, as a crawl that keeps to the hosts' own delays "
+        "(Scrapy and Crawlee are given D as before: neither applies a Crawl-delay)",
+    )
+    parser.add_argument(
         "--join-after",
         type=float,
         default=0.0,
@@ -1003,6 +1014,7 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
             work=work / "runs",
             nofile=args.our_nofile,
             join_after=args.join_after,
+            crawl_delay=args.crawl_delay,
         )
         identity = f"Code under test: {package_identity(package_path)}; {our.versions}."
         if args.mode in ("compare", "both"):
@@ -1012,15 +1024,16 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
     return "\n\n".join([*sections, identity]), True
 
 
-def _new_site(work: Path, hosts: int, pages: int) -> BroadSite:
+def _new_site(work: Path, hosts: int, pages: int, crawl_delay: float | None = None) -> BroadSite:
     directory = work / "site"
     shutil.rmtree(directory, ignore_errors=True)
     print(f"bench_broad: writing {hosts} hosts x {pages} pages ...", file=sys.stderr, flush=True)
-    return generate(directory, hosts=hosts, pages=pages, port=choose_port(hosts))
+    port = choose_port(hosts)
+    return generate(directory, hosts=hosts, pages=pages, port=port, crawl_delay=crawl_delay)
 
 
 def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
-    site = _new_site(work, args.hosts, args.pages)
+    site = _new_site(work, args.hosts, args.pages, args.delay if args.crawl_delay else None)
     rows: list[list[object]] = []
     time_rows: list[list[object]] = []
     notes: list[str] = []
@@ -1073,13 +1086,17 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
                 notes += result.notes
                 _write_json(args.json_out, _json_line(result, site, args.delay, "compare"))
     roots = "`-i FILE`" if setup.input_file else "the roots as arguments (no `--input-file`)"
+    ours_delay = f"--delay {args.delay:g} "
+    if args.crawl_delay:
+        roots += f"; no `--delay`: each robots.txt says `Crawl-delay: {args.delay:g}`"
+        ours_delay = ""
     lines = [
         "### Broad crawl",
         "",
         f"{args.hosts} hosts (127.0.x.y, one nginx) x {args.pages} pages "
         f"({site.total_bytes / 2**20:.1f} MiB), delay D = {args.delay:g} s, one request at "
-        f"a time per host; PxD = {args.pages * args.delay:g} s. trio-crawler: `--delay "
-        f"{args.delay:g} --max-per-host 1 --max-tasks {args.max_tasks}`, {roots}. Scrapy: "
+        f"a time per host; PxD = {args.pages * args.delay:g} s. trio-crawler: `{ours_delay}"
+        f"--max-per-host 1 --max-tasks {args.max_tasks}`, {roots}. Scrapy: "
         f"its broad-crawl settings, CONCURRENT_REQUESTS {args.max_tasks}, DOWNLOAD_DELAY "
         f"{args.delay:g} (randomized 0.5-1.5x, its default), CONCURRENT_REQUESTS_PER_DOMAIN "
         "1, ROBOTSTXT_OBEY. Crawlee: its defaults (no per-host delay, robots.txt not read, "

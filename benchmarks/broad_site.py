@@ -13,7 +13,7 @@ can listen on each of them; ``127.0.0.*`` is left to the other benchmarks and te
 host listens on the same port, and :func:`generate` writes one directory per host, named by
 its address, which nginx serves as ``root DIR/$server_addr``. In each:
 
-* ``robots.txt``, allowing everything to everyone;
+* ``robots.txt``, allowing everything to everyone (and with ``crawl_delay``, a ``Crawl-delay``);
 * ``P`` pages: page 0 is ``index.html`` (served as ``/``), page ``j >= 1`` is ``p/<j>.html``;
 * on every page, ``SAME_HOST_LINKS`` relative links to pages of the same host (its children
   in a ``BRANCHING``-ary tree, which spans the host from ``/``, its parent, and random
@@ -122,9 +122,16 @@ class BroadSite:
 
 
 def generate(
-    directory: str | Path, *, hosts: int, pages: int, port: int, seed: int = 0
+    directory: str | Path,
+    *,
+    hosts: int,
+    pages: int,
+    port: int,
+    seed: int = 0,
+    crawl_delay: float | None = None,
 ) -> BroadSite:
-    """Write ``hosts`` hosts of ``pages`` pages each into ``directory`` (created if missing).
+    """Write ``hosts`` hosts of ``pages`` pages each into ``directory`` (created if missing);
+    with ``crawl_delay``, each robots.txt also asks for that many seconds between requests.
 
     Raises:
         ValueError: If ``hosts`` or ``pages`` is below 1, or ``hosts`` above
@@ -138,11 +145,12 @@ def generate(
     rng = random.Random(seed)
     pool = [_paragraph(rng) for _ in range(FILLER_PARAGRAPHS)]
     addresses = tuple(host_address(index) for index in range(hosts))
+    robots = ROBOTS_TXT if crawl_delay is None else f"{ROBOTS_TXT}Crawl-delay: {crawl_delay:g}\n"
     total = 0
     for index, address in enumerate(addresses):
         host_root = root / address
         (host_root / "p").mkdir(parents=True, exist_ok=True)
-        (host_root / "robots.txt").write_text(ROBOTS_TXT)
+        (host_root / "robots.txt").write_text(robots)
         for page in range(pages):
             html = _page(index, page, addresses, pages, port, rng, pool).encode()
             (host_root / ("index.html" if page == 0 else f"p/{page}.html")).write_bytes(html)

@@ -9,6 +9,7 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
+from benchmarks.bench_broad import Setup, our_command
 from benchmarks.broad_site import (
     LOG_FORMAT,
     ROBOTS_TXT,
@@ -19,6 +20,7 @@ from benchmarks.broad_site import (
     page_number,
     parse_log,
 )
+from trio_crawler._robots import RobotsRules
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -69,6 +71,34 @@ def test_site_every_page_reachable_on_its_own_host(tmp_path: Path) -> None:
         assert len(seen) == site.pages_per_host
     assert cross > 0
     assert off_site > 0
+
+
+def test_a_site_with_a_crawl_delay_asks_it_of_this_crawler_in_each_robots_txt(
+    tmp_path: Path,
+) -> None:
+    """``--crawl-delay``: the delay comes from each host, and our command has no --delay."""
+    site = generate(tmp_path, hosts=3, pages=2, port=20000, crawl_delay=1.5)
+    for host in site.hosts:
+        body = (tmp_path / host / "robots.txt").read_bytes()
+        rules = RobotsRules.from_response(200, body)
+        assert rules.crawl_delay == 1.5
+        assert rules.allowed(f"http://{host}:20000/p/1.html")
+    setup = Setup(
+        python="python",
+        peers_python="python",
+        env={},
+        input_file=True,
+        max_tasks=500,
+        processes=3,
+        timeout=60.0,
+        work=tmp_path,
+        crawl_delay=True,
+    )
+    command = our_command(
+        setup, delay=1.5, output=tmp_path / "o", roots_file=tmp_path / "r", roots=[]
+    )
+    assert "--delay" not in command
+    assert command[command.index("--max-per-host") + 1] == "1"
 
 
 def test_site_is_deterministic(tmp_path: Path) -> None:

@@ -450,7 +450,8 @@ class CrawlerBase(abc.ABC):
         return free_turn()
 
     def _paced(self) -> bool:
-        """Whether pages take turns yet (_turns.py): once any origin has had a delay."""
+        """Whether pages take turns yet (_turns.py): once any origin has had a delay or a
+        slowed pace, as its store says."""
         return self.store.paced
 
     def _may_send(self, request: FetchRequest) -> bool:

@@ -179,6 +179,41 @@ def test_a_turn_is_one_pass_of_the_loop_so_ready_tasks_run_between_pages(backend
     anyio.run(scenario, backend=backend)
 
 
+HOSTS = 20
+
+
+async def crawl_hosts(
+    engine: Engine, *, robots: bytes | None = None, **options: Any
+) -> tuple[Any, list[tuple[str, str]]]:
+    """Crawl HOSTS hosts of one page each, every answer coming back at once (robots.txt
+    too, when ``robots`` is given; else it is not asked for): the crawler, and each page
+    request sent and page read, in order, with its host."""
+    events: list[tuple[str, str]] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/robots.txt":
+            assert robots is not None
+            return streamed(200, robots, [("content-type", "text/plain")])
+        events.append(("sent", request.url.host))
+        return streamed(200, b"<p>no links</p>", [("content-type", "text/html")])
+
+    def on_record(record: FetchStatistic) -> None:
+        events.append(("read", httpx.URL(record.url).host))
+
+    roots = [f"http://h{host}.test/" for host in range(HOSTS)]
+    options = {"max_tasks": HOSTS, "obey_robots": robots is not None, **options}
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        crawler = engine.crawler(roots, client=client, on_record=on_record, **options)
+        with anyio.fail_after(HANG_LIMIT):
+            await crawler.crawl()
+    return crawler, events
+
+
+def last_sent(kinds: list[str]) -> int:
+    """Where the last request was sent, among the crawl's events."""
+    return len(kinds) - 1 - kinds[::-1].index("sent")
+
+
 @pytest.mark.anyio
 @pytest.mark.real_time
 async def test_every_due_request_goes_out_before_a_page_is_read(engine: Engine) -> None:
@@ -191,27 +226,11 @@ async def test_every_due_request_goes_out_before_a_page_is_read(engine: Engine) 
     for a turn), and the first worker can read its page before the dispatcher is back."""
     if engine.name == "asyncio":
         pytest.skip("the chapter's queue: no dispatcher, no turns (see _turns.py)")
-    hosts = 20
-    events: list[tuple[str, str]] = []
-
-    async def handle(request: httpx.Request) -> httpx.Response:
-        events.append(("sent", request.url.host))
-        return streamed(200, b"<p>no links</p>", [("content-type", "text/html")])
-
-    def on_record(record: FetchStatistic) -> None:
-        events.append(("read", httpx.URL(record.url).host))
-
-    roots = [f"http://h{host}.test/" for host in range(hosts)]
-    options: dict[str, Any] = {"max_tasks": hosts, "delay": 1.0, "obey_robots": False}
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
-        crawler = engine.crawler(roots, client=client, on_record=on_record, **options)
-        with anyio.fail_after(HANG_LIMIT):
-            await crawler.crawl()
+    _, events = await crawl_hosts(engine, delay=1.0)
     kinds = [kind for kind, _ in events]
-    assert sorted(kinds) == ["read"] * hosts + ["sent"] * hosts
-    last_sent = len(kinds) - 1 - kinds[::-1].index("sent")
-    assert kinds[:last_sent].count("read") <= 1
-    assert {host for _, host in events} == {f"h{host}.test" for host in range(hosts)}
+    assert sorted(kinds) == ["read"] * HOSTS + ["sent"] * HOSTS
+    assert kinds[: last_sent(kinds)].count("read") <= 1
+    assert {host for _, host in events} == {f"h{host}.test" for host in range(HOSTS)}
 
 
 @pytest.mark.anyio
@@ -227,30 +246,11 @@ async def test_a_crawl_delay_makes_every_due_request_go_before_a_page_is_read(
     rightly read between them."""
     if not engine.virtual_time:
         pytest.skip("needs the virtual clock to make the hosts due together")
-    hosts = 20
-    events: list[tuple[str, str]] = []
-
-    async def handle(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/robots.txt":
-            return streamed(
-                200, b"User-agent: *\nCrawl-delay: 1\n", [("content-type", "text/plain")]
-            )
-        events.append(("sent", request.url.host))
-        return streamed(200, b"<p>no links</p>", [("content-type", "text/html")])
-
-    def on_record(record: FetchStatistic) -> None:
-        events.append(("read", httpx.URL(record.url).host))
-
-    roots = [f"http://h{host}.test/" for host in range(hosts)]
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
-        crawler = engine.crawler(roots, client=client, on_record=on_record, max_tasks=hosts)
-        with anyio.fail_after(HANG_LIMIT):
-            await crawler.crawl()
+    crawler, events = await crawl_hosts(engine, robots=b"User-agent: *\nCrawl-delay: 1\n")
     assert crawler.store.paced
     kinds = [kind for kind, _ in events]
-    assert sorted(kinds) == ["read"] * hosts + ["sent"] * hosts
-    last_sent = len(kinds) - 1 - kinds[::-1].index("sent")
-    assert kinds[:last_sent].count("read") <= 1
+    assert sorted(kinds) == ["read"] * HOSTS + ["sent"] * HOSTS
+    assert kinds[: last_sent(kinds)].count("read") <= 1
 
 
 @pytest.mark.anyio
@@ -260,22 +260,7 @@ async def test_without_a_delay_a_page_is_read_before_every_request_has_gone(
 ) -> None:
     """The same twenty hosts with no delay: pages are read as they come, so the first is
     read while the dispatcher still hands out the others' requests."""
-    hosts = 20
-    events: list[str] = []
-
-    async def handle(request: httpx.Request) -> httpx.Response:
-        events.append("sent")
-        return streamed(200, b"<p>no links</p>", [("content-type", "text/html")])
-
-    def on_record(record: FetchStatistic) -> None:
-        events.append("read")
-
-    roots = [f"http://h{host}.test/" for host in range(hosts)]
-    options: dict[str, Any] = {"max_tasks": hosts, "obey_robots": False}
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
-        crawler = engine.crawler(roots, client=client, on_record=on_record, **options)
-        with anyio.fail_after(HANG_LIMIT):
-            await crawler.crawl()
-    assert sorted(events) == ["read"] * hosts + ["sent"] * hosts
-    last_sent = len(events) - 1 - events[::-1].index("sent")
-    assert events.index("read") < last_sent
+    _, events = await crawl_hosts(engine)
+    kinds = [kind for kind, _ in events]
+    assert sorted(kinds) == ["read"] * HOSTS + ["sent"] * HOSTS
+    assert kinds.index("read") < last_sent(kinds)

@@ -42,7 +42,8 @@ def join(
     crawl_id: str,
     **options: Any,
 ) -> CrawlState:
-    """A core of the shared crawl ``crawl_id`` of ROOTS, as one more process joins it."""
+    """A core of the shared crawl ``crawl_id`` of ROOTS, as one more process joins it
+    (robots.txt not obeyed unless ``options`` say so)."""
     state, _ = make_core(
         "redis",
         ROOTS,
@@ -50,9 +51,7 @@ def join(
         redis_url=redis.url(),
         cleanup=cleanup,
         crawl_id=crawl_id,
-        max_tasks=1,
-        obey_robots=False,
-        **options,
+        **{"max_tasks": 1, "obey_robots": False, **options},
     )
     state.jitter_source = random.Random(JITTER_SEED)
     return state
@@ -124,3 +123,28 @@ def test_a_request_another_process_holds_waits_too(redis: RedisServer, tmp_path:
         again = second.next_request(now=0.5 + 30.0 + 0.2)
         assert again is not None
         assert again.url == page.url
+
+
+def test_a_crawl_delay_another_process_read_paces_this_one(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    """No --delay: the first process reads the origin's robots.txt, which sets a
+    Crawl-delay. The second learns it from the server with its first lease of the origin,
+    and from then on its engine reads pages in turns (``paced``)."""
+    with contextlib.ExitStack() as cleanup:
+        first = join(redis, tmp_path, cleanup, "crawl-delay", obey_robots=True)
+        second = join(redis, tmp_path, cleanup, "crawl-delay", obey_robots=True)
+        assert not first.frontier.paced
+        assert not second.frontier.paced
+        robots = first.next_request(now=0.0)
+        assert robots is not None
+        assert robots.robots
+        first.attempt_started(robots, now=0.0)
+        rules = Response(
+            status=200, content_type="text/plain", body=b"User-agent: *\nCrawl-delay: 1\n"
+        )
+        first.attempt_finished(robots, rules, now=0.1)
+        page = second.next_request(now=1.2)
+        assert page is not None
+        assert not page.robots
+        assert second.frontier.paced

@@ -156,7 +156,9 @@ class RedisFrontier:
         self._held: dict[str, FetchRequest | None] = {}
         self._robots_tickets: deque[str] = deque()
         self._delays: dict[str, float] = {}
-        self._delayed = False  # whether any of them is above 0
+        # Whether any delay learnt from the server (another process's robots.txt) is above
+        # 0; this process's own are the scheduler's (robots_settled), and so is its pace.
+        self._delayed = False
         self._starting: set[str] = set()
         # URL -> when its last answer ended, on the server's clock, for its done operation.
         self._ended: dict[str, float] = {}
@@ -362,8 +364,8 @@ class RedisFrontier:
 
     @property
     def paced(self) -> bool:
-        # The delays are the server's (Crawl-delay, --delay), kept here as each origin's
-        # is learnt; the local scheduler knows this process's slowed paces.
+        # The crawl's delay as the server keeps it, the delays learnt from it, the paces
+        # slowed anywhere in the crawl, and what this process's scheduler saw itself.
         return (
             self._delayed
             or self.link.base_delay > 0
@@ -426,7 +428,6 @@ class RedisFrontier:
         if delay is not None:
             op["dl"] = delay
             self._delays[request.origin] = delay
-            self._delayed = self._delayed or delay > 0
         self._ops.append(op)
 
     def _back(self, request: FetchRequest, *, wait: float) -> None:

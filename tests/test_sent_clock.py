@@ -242,7 +242,8 @@ async def test_a_request_withdrawn_as_its_head_is_about_to_go_sends_nothing(
 ) -> None:
     """``may_send`` is asked once the connection is made, before the request's head is
     written, on both transports: a False withdraws the request, the server gets nothing of
-    it, ``on_sent`` is not awaited, and the client goes on to the next request."""
+    it, ``on_sent`` is not awaited, and the client goes on to the next request. Ours keeps
+    the withdrawn request's connection for the next one; httpcore closes it."""
     calls: list[str] = []
 
     async def on_sent() -> None:
@@ -269,8 +270,9 @@ async def test_a_request_withdrawn_as_its_head_is_about_to_go_sends_nothing(
     assert answered.status == 200
     assert not getattr(answered, "withdrawn", False)
     assert server.requests == ["/"]  # the answered one alone
-    # The withdrawn request's connection had been made, and was closed, not reused.
-    assert server.connections == 2
+    # The withdrawn request's connection had been made: nothing was written on it, so
+    # ours sends the next request on it, where httpcore closed it and made another.
+    assert server.connections == (1 if transport == "lean" else 2)
     assert calls == ["asked", "asked", "sent"]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import os
 import random
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,10 +31,16 @@ from trio_crawler._clients import (
     choose_http_library,
     open_client,
 )
+from trio_crawler._connections import CrawlConnections
 from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import fetch
 from trio_crawler._options import ConfigError
-from trio_crawler._transport import _Connection, choose_transport
+from trio_crawler._transport import (
+    HEAD_STARTED,
+    _Connection,
+    choose_transport,
+    lean_transport_class,
+)
 
 from hostile_server import RawRequest, open_hostile_server, page, send_and_close
 from httpserver import Reply, Request, open_test_server
@@ -115,6 +122,36 @@ async def test_a_connection_closed_in_a_cancelled_scope_is_closed_at_once() -> N
             await peer.aclose()
     with pytest.raises(anyio.ClosedResourceError):
         await connection.stream.send(b"GET / HTTP/1.1\r\n\r\n")
+
+
+async def test_a_request_cancelled_as_its_head_is_about_to_go_closes_its_connection() -> None:
+    """A withdrawal there keeps the connection, nothing having been written on it
+    (``test_sent_clock.py``); a cancellation there is the end of the attempt, as anywhere
+    else: the connection is closed, not kept idle, and the next request makes another."""
+    library = choose_http_library()
+    connections = CrawlConnections(idle_limit=None)
+    transport = lean_transport_class(library)(ssl.create_default_context, connections)
+
+    async def stall(event: str, info: object) -> None:
+        if event == HEAD_STARTED:
+            await anyio.sleep_forever()
+
+    async with open_test_server({"/": Reply.html("page")}) as server:
+        try:
+            with anyio.fail_after(HANG_LIMIT):
+                with anyio.move_on_after(0.05) as scope:
+                    request = library.Request("GET", server.url(), extensions={"trace": stall})
+                    await transport.handle_async_request(request)
+                assert scope.cancelled_caught
+                assert len(connections.idle) == 0
+                again = library.Request("GET", server.url())
+                response = await transport.handle_async_request(again)
+                await response.aread()
+        finally:
+            await transport.aclose()
+    assert response.status_code == 200
+    assert server.requests == ["/"]
+    assert server.connections == 2
 
 
 @pytest.mark.parametrize("transport", ["lean", "httpx"])

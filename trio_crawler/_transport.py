@@ -32,7 +32,8 @@ system's CA certificates (20-40 ms of every start).
 Of httpcore's ``trace`` events (a request's extension) it sends the two the crawler
 needs, under the same names: ``http11.send_request_headers.started``
 (:data:`HEAD_STARTED`), when the crawl may still withdraw the request (its origin was told
-to wait while the connection was made), and ``http11.send_request_headers.complete``
+to wait while the connection was made; the connection, on which nothing was written, then
+waits idle for the origin's next request), and ``http11.send_request_headers.complete``
 (:data:`HEAD_WRITTEN`), from which a host's delay runs (docs/manners.md, "When the delay's
 clock starts").
 
@@ -240,6 +241,10 @@ def lean_transport_class(
                 return
             else:
                 connection.idle_until = anyio.current_time() + keep_for - KEEP_ALIVE_MARGIN
+            await self._put_back(key, connection)
+
+        async def _put_back(self, key: tuple[Any, ...], connection: _Connection) -> None:
+            """Keep ``connection`` idle as it is (its ``idle_until`` unchanged)."""
             for evicted in self._shared.idle.keep(self, key, connection):
                 await _close(evicted)  # the crawl's least recently used idle connection
 
@@ -319,15 +324,26 @@ def lean_transport_class(
             trace: Any,
         ) -> httpx.Response:
             """Send the request and read the response's head; any failure or cancellation
-            closes the connection. ``trace`` (the request's extension, as httpcore takes it)
-            hears of the two events the crawler needs: the head about to be written, when
-            the crawl may still withdraw the request (its origin was told to wait while
-            the connection was made), and the head written, the moment a host's delay
-            runs from."""
+            closes the connection, a withdrawal excepted. ``trace`` (the request's
+            extension, as httpcore takes it) hears of the two events the crawler needs: the
+            head about to be written, when the crawl may still withdraw the request (its
+            origin was told to wait while the connection was made), and the head written,
+            the moment a host's delay runs from."""
             connection.answered = False
+            if trace is not None:
+                try:
+                    await trace(HEAD_STARTED, {})  # may withdraw the request
+                except Exception:
+                    # Withdrawn: nothing of it was written, so the connection is as it was,
+                    # and waits for the origin's next request. Often it was made for this
+                    # one (the origin's other connection is busy): closed, its handshake
+                    # would be made again for nothing.
+                    await self._put_back(key, connection)
+                    raise
+                except BaseException:
+                    await _close(connection)
+                    raise
             try:
-                if trace is not None:
-                    await trace(HEAD_STARTED, {})  # may withdraw the request: nothing is sent
                 try:
                     head, keep_alive = request_head(method, target, headers, body)
                     await connection.stream.send(head + body if body else head)

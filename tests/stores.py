@@ -145,9 +145,14 @@ def _drive_by_hand(state: CrawlState, store: StoredFrontier, written: list[Fetch
         return request
 
     def attempt_finished_kept(
-        request: Any, outcome: Any, *, now: float, started: float | None = None
+        request: Any,
+        outcome: Any,
+        *,
+        now: float,
+        started: float | None = None,
+        ended: float | None = None,
     ) -> Any:
-        result = attempt_finished(request, outcome, now=now, started=started)
+        result = attempt_finished(request, outcome, now=now, started=started, ended=ended)
         made = len(written)
         store.commit_waiting()
         if isinstance(result, Committing):
@@ -226,10 +231,15 @@ def _drive_through_portal(
         return let_go
 
     def attempt_finished_kept(
-        request: Any, outcome: Any, *, now: float, started: float | None = None
+        request: Any,
+        outcome: Any,
+        *,
+        now: float,
+        started: float | None = None,
+        ended: float | None = None,
     ) -> Any:
         clock[0] = max(clock[0], now)
-        result = attempt_finished(request, outcome, now=now, started=started)
+        result = attempt_finished(request, outcome, now=now, started=started, ended=ended)
         made = len(written)
         if isinstance(result, Committing):
             portal.call(store.settle, request)

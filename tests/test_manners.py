@@ -439,6 +439,96 @@ async def test_max_per_host_is_per_origin(engine: Engine) -> None:
     engine.assert_duration(crawler.elapsed, engine.seconds(5))
 
 
+# -- a request the crawler gave up on is still the server's -----------------------------
+
+
+@pytest.mark.parametrize("adapt", [False, True])
+async def test_a_timed_out_request_is_the_servers_until_it_answers(
+    engine: Engine, adapt: bool
+) -> None:
+    """A server that takes longer than ``--timeout`` is still working on the request: the
+    retry waits for its late answer (it is not read), so with ``max_per_host=1`` the server
+    never has two requests at once, as it did when the retry went at the timeout. The
+    record is the retry's answer, timed from the retry."""
+    timeout = engine.seconds(1)
+    stall = 1.5 * timeout
+    calls = 0
+
+    async def slow_once(request: Request) -> Reply:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await anyio.sleep(stall)
+        return page()
+
+    async with open_site({"/": page("/slow"), "/slow": slow_once}) as site:
+        crawler = await crawl(
+            engine,
+            site.url(),
+            timeout=timeout,
+            max_tries=2,
+            max_per_host=1,
+            adapt=adapt,
+            obey_robots=False,
+        )
+    assert site.server.max_in_flight == 1
+    record = by_url(crawler)[site.url("/slow")]
+    assert record.status == 200
+    assert record.elapsed is not None
+    assert record.elapsed < timeout
+    first, second = site.starts("/slow")
+    if engine.virtual_time and not adapt:
+        assert second - first == pytest.approx(stall)  # at once after the late answer
+    else:  # the adapted pace may add a gap after the timeout, its pushback
+        assert second - first >= stall
+
+
+async def test_a_server_that_never_answers_is_waited_for_one_more_timeout(
+    engine: Engine,
+) -> None:
+    """The wait for a late answer is bounded: another ``--timeout``, then the retry goes
+    (the record's ``elapsed`` is the last attempt's timeout, not the wait)."""
+    timeout = engine.seconds(1)
+
+    async def never(request: Request) -> Reply:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with open_site({"/": page("/never"), "/never": never}) as site:
+        crawler = await crawl(
+            engine, site.url(), timeout=timeout, max_tries=2, adapt=False, obey_robots=False
+        )
+    record = by_url(crawler)[site.url("/never")]
+    assert record.exception == f"TimeoutError: attempt took longer than {timeout:g} s"
+    assert record.elapsed == pytest.approx(timeout, abs=0.001 if engine.virtual_time else 0.5)
+    assert_gaps(engine, site.starts("/never"), [2 * timeout])
+    engine.assert_duration(crawler.elapsed, 4 * timeout)
+
+
+async def test_a_crawl_stopped_while_it_waits_for_a_late_answer_ends_at_once(
+    engine: Engine,
+) -> None:
+    timeout = engine.seconds(1)
+    waiting = anyio.Event()
+
+    async def never(request: Request) -> Reply:
+        waiting.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with open_site({"/": page("/never"), "/never": never}) as site:
+        crawler = engine.crawler([site.url()], timeout=timeout, obey_robots=False)
+        with anyio.fail_after(HANG_LIMIT):
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(crawler.crawl)
+                await waiting.wait()
+                await anyio.sleep(1.5 * timeout)  # past the timeout, into the wait
+                crawler.stop(0)
+    assert crawler.finish_reason == "interrupted"
+    engine.assert_duration(crawler.elapsed, 1.5 * timeout)
+    assert site.targets() == ["/", "/never"]
+
+
 async def test_delay_spaces_request_starts_on_one_host(engine: Engine) -> None:
     delay = engine.seconds(1)
     async with open_site({"/": page("/a", "/b", "/c", "/d")}) as site:

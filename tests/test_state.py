@@ -828,6 +828,25 @@ def test_a_host_waiting_out_its_delay_does_not_hold_back_others() -> None:
     assert state.next_wakeup() == 10.0
 
 
+def test_a_timed_out_request_holds_its_origin_until_its_server_is_done() -> None:
+    """A request that timed out unanswered is finished once the engine stopped waiting for
+    its server (``now``): its origin's next request waits the delay from then, while the
+    record's ``elapsed`` runs to the timeout itself (``ended``)."""
+    state, written = make_state(
+        ROOT, ROOT + "next", obey_robots=False, delay=1.0, max_per_host=1, max_tries=1
+    )
+    state.wall_offset = WALL_AT_ZERO
+    request = take(state, now=0.0)
+    timed_out = FetchError(error="TimeoutError: attempt took longer than 2 s", retryable=True)
+    assert state.next_request(now=3.0) is None  # still in flight: its server may have it
+    result = state.attempt_finished(request, timed_out, now=3.5, started=0.0, ended=2.0)
+    assert isinstance(result, Recorded)
+    assert (written[-1].url, written[-1].elapsed) == (ROOT, 2.0)
+    assert state.next_request(now=4.0) is None
+    assert state.next_wakeup() == 4.5  # the delay from when the server was done
+    assert take(state, now=4.5).url == ROOT + "next"
+
+
 def test_a_network_error_retry_waits_for_the_delay() -> None:
     state, written = make_state(obey_robots=False, delay=1.0, max_tries=2)
     request = take(state, now=0.0)

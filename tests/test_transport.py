@@ -37,12 +37,13 @@ from trio_crawler._fetch import fetch
 from trio_crawler._options import ConfigError
 from trio_crawler._transport import (
     HEAD_STARTED,
+    Unanswered,
     _Connection,
     choose_transport,
     lean_transport_class,
 )
 
-from hostile_server import RawRequest, open_hostile_server, page, send_and_close
+from hostile_server import RawRequest, open_hostile_server, page, reset, send_and_close
 from httpserver import Reply, Request, open_test_server
 from support import HANG_LIMIT, open_descriptors
 
@@ -152,6 +153,100 @@ async def test_a_request_cancelled_as_its_head_is_about_to_go_closes_its_connect
     assert response.status_code == 200
     assert server.requests == ["/"]
     assert server.connections == 2
+
+
+async def test_a_request_cut_short_unanswered_leaves_its_connection_to_the_server() -> None:
+    """Cancelled once its request was written and before any byte of an answer, an attempt
+    leaves its connection open in its Unanswered: the server is still working on the
+    request, and the connection is how the crawler learns when it is done. ``wait()``
+    returns when the late answer comes; ``aclose()`` closes the connection, which is never
+    reused (the next request makes another)."""
+    arrived, answer = anyio.Event(), anyio.Event()
+
+    async def late(request: Request) -> Reply:
+        arrived.set()
+        await answer.wait()
+        return Reply.html("late")
+
+    routes = {"/late": late, "/": Reply.html("page")}
+    async with open_test_server(routes) as server, lean_client() as client:
+        unanswered = Unanswered()
+        with anyio.fail_after(HANG_LIMIT):
+            with anyio.move_on_after(0.2) as bound:
+                await fetch(client, server.url("/late"), unanswered=unanswered)
+            assert bound.cancelled_caught
+            assert unanswered.parked
+            assert server.in_flight == 1  # the server still has it
+            await arrived.wait()
+            async with anyio.create_task_group() as waiting:
+                waiting.start_soon(unanswered.wait)
+                await anyio.wait_all_tasks_blocked()
+                answer.set()  # wait() returns on the answer's first byte
+            await unanswered.aclose()
+            assert not unanswered.parked
+            assert isinstance(await fetch(client, server.url("/")), Response)
+    assert server.connections == 2
+    assert server.requests == ["/late", "/"]
+
+
+async def test_an_unanswered_connection_ends_its_wait_when_the_server_closes_it() -> None:
+    async def close_later(stream: anyio.abc.SocketStream, request: RawRequest) -> bool:
+        await anyio.sleep(0.3)
+        await reset(stream)
+        return False
+
+    async def close_later_quietly(stream: anyio.abc.SocketStream, request: RawRequest) -> bool:
+        await anyio.sleep(0.3)
+        return False  # the server closes the connection without a word
+
+    before = open_descriptors()
+    routes = {"/reset": close_later, "/close": close_later_quietly}
+    async with open_hostile_server(routes) as server, lean_client() as client:
+        for target in routes:
+            unanswered = Unanswered()
+            with anyio.fail_after(HANG_LIMIT):
+                with anyio.move_on_after(0.1):
+                    await fetch(client, server.url(target), unanswered=unanswered)
+                assert unanswered.parked, target
+                await unanswered.wait()
+                await unanswered.aclose()
+    assert open_descriptors() == before
+
+
+async def test_a_request_cut_short_unsent_or_answered_closes_its_connection() -> None:
+    """Nothing to wait for: a request cancelled before its head was written never reached
+    the server, and one whose answer has begun is being answered. Both close at once, as
+    any cancellation did."""
+
+    async def stall(event: str, info: object) -> None:
+        if event == HEAD_STARTED:
+            await anyio.sleep_forever()
+
+    async def half(stream: anyio.abc.SocketStream, request: RawRequest) -> bool:
+        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc")
+        await anyio.sleep_forever()
+        return False  # pragma: no cover
+
+    library = choose_http_library()
+    connections = CrawlConnections(idle_limit=None)
+    transport = lean_transport_class(library)(ssl.create_default_context, connections)
+    before = open_descriptors()
+    async with open_hostile_server({"/half": half}) as server:
+        try:
+            unsent, answered = Unanswered(), Unanswered()
+            with anyio.fail_after(HANG_LIMIT):
+                with anyio.move_on_after(0.1):
+                    extensions = {"trace": stall, "trio_crawler.unanswered": unsent}
+                    request = library.Request("GET", server.url("/"), extensions=extensions)
+                    await transport.handle_async_request(request)
+            async with lean_client() as client:
+                with anyio.fail_after(HANG_LIMIT), anyio.move_on_after(0.2):
+                    await fetch(client, server.url("/half"), unanswered=answered)
+        finally:
+            await transport.aclose()
+    assert not unsent.parked
+    assert not answered.parked
+    assert open_descriptors() == before
 
 
 @pytest.mark.parametrize("transport", ["lean", "httpx"])

@@ -34,6 +34,7 @@ from ._options import ConfigError, reject_unknown_options, takes_options
 from ._output import OutputFiles
 from ._state import CrawlState
 from ._stores import check_output, open_store, with_stored_options
+from ._transport import Unanswered
 from ._turns import free_turn
 
 if TYPE_CHECKING:
@@ -110,9 +111,10 @@ class CrawlerBase(abc.ABC):
 
     An engine provides its primitives (``_init_engine()``, made in ``__init__``),
     ``crawl()`` (its scheduling), ``_cut_short(grace)`` (what :meth:`stop` does to a
-    running crawl), ``_attempt()`` (one fetch under its own cancel scope) and ``_now()``
-    (its clock). Everything else is here, so that what a crawl is (its options, state,
-    records, lifecycle and HTTP clients) is written once.
+    running crawl), ``_attempt()`` (one fetch under its own cancel scope), ``_at_most()``
+    (a bounded wait, for the server of a timed-out request) and ``_now()`` (its clock).
+    Everything else is here, so that what a crawl is (its options, state, records,
+    lifecycle and HTTP clients) is written once.
 
     Args:
         roots: Start URLs. A root without ``://`` gets ``http://``; repeats are dropped.
@@ -328,10 +330,17 @@ class CrawlerBase(abc.ABC):
         request: FetchRequest,
         on_sent: OnSent | None = None,
         may_send: MaySend | None = None,
+        unanswered: Unanswered | None = None,
     ) -> Outcome:
         """One attempt bounded by the engine's cancel scope, asking ``may_send()`` just
-        before its request's head is written and awaiting ``on_sent()`` once it is (see
-        :func:`~trio_crawler._fetch.fetch`); raises only cancellation."""
+        before its request's head is written and awaiting ``on_sent()`` once it is, and
+        leaving its connection to ``unanswered`` if cut short with the request written and
+        no answer yet (see :func:`~trio_crawler._fetch.fetch`); raises only cancellation."""
+
+    @abc.abstractmethod
+    async def _at_most(self, seconds: float, function: Callable[[], Awaitable[object]]) -> None:
+        """Await ``function()`` for at most ``seconds``, under the engine's cancel scope;
+        raises only cancellation from outside."""
 
     @abc.abstractmethod
     def _now(self) -> float:
@@ -416,16 +425,29 @@ class CrawlerBase(abc.ABC):
                 await self.store.request_sent(request)
                 started = self._now()
                 on_sent = self._fetcher.sending_reported
-            outcome = await self._attempt(client, request, on_sent, may_send)
+            unanswered = Unanswered()
+            try:
+                outcome = await self._attempt(client, request, on_sent, may_send, unanswered)
+                ended = answered = self._now()  # its last byte or failure
+                if unanswered.parked and not self._stopping:
+                    # Timed out with the request written and no answer: the server may still
+                    # be working on it, so its origin gets nothing more from this worker
+                    # until it answers or closes, for at most another timeout.
+                    await self._at_most(self.config.timeout, unanswered.wait)
+                    answered = self._now()
+            finally:
+                if unanswered.parked:
+                    await unanswered.aclose()
             if isinstance(outcome, FetchError) and outcome.withdrawn:
                 self.state.attempt_withdrawn(request)  # it goes when the wait ends
                 return
-            ended = self._now()  # its last byte or failure, before the archive is written
             if self._on_exchange is not None and outcome.exchange is not None:
                 self._on_exchange(outcome.exchange)
             # Reading the page waits its turn: after the requests that are due (_turns.py).
             async with self._page_turn():
-                result = self.state.attempt_finished(request, outcome, now=ended, started=started)
+                result = self.state.attempt_finished(
+                    request, outcome, now=answered, started=started, ended=ended
+                )
             if isinstance(result, PageRead):  # only with a handler: it runs here, in the
                 assert self._handler is not None  # worker's task and cancel scope
                 handled = await run_handler(self._handler, Page(result, self.config))

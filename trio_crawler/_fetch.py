@@ -70,7 +70,7 @@ from ._connections import CrawlConnections
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._sitemaps import MAX_SITEMAP_BYTES
-from ._transport import HEAD_STARTED, HEAD_WRITTEN
+from ._transport import HEAD_STARTED, HEAD_WRITTEN, UNANSWERED
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ._clients import Client
-    from ._transport import TLSContext
+    from ._transport import TLSContext, Unanswered
 
     #: What an attempt awaits once its request has been written (see :func:`fetch`).
     OnSent: TypeAlias = Callable[[], Awaitable[None]]
@@ -147,6 +147,7 @@ async def fetch(
     headers: Sequence[tuple[str, str]] = (),
     on_sent: OnSent | None = None,
     may_send: MaySend | None = None,
+    unanswered: Unanswered | None = None,
 ) -> Outcome:
     """Make one GET attempt for ``url``.
 
@@ -174,6 +175,9 @@ async def fetch(
             withdraws the request, and nothing of it is sent. A connection can take
             long to make, and the crawl may have learnt meanwhile that the origin must
             wait (a ``Retry-After`` another worker read).
+        unanswered: Where the crawler's own transport leaves the connection if the
+            attempt is cancelled once its request was written and before any byte of an
+            answer (see :class:`~trio_crawler._transport.Unanswered`); the caller closes it.
 
     Returns:
         A Response for any completed exchange, or a FetchError saying whether a retry
@@ -187,11 +191,13 @@ async def fetch(
         if user_agent is not None:
             sent.append(("user-agent", user_agent))
         sent += headers
-        extensions: dict[str, Any] | None = None
+        extensions: dict[str, Any] = {}
         if on_sent is not None:
-            extensions = {"trace": _SentTrace(on_sent, may_send)}
+            extensions["trace"] = _SentTrace(on_sent, may_send)
+        if unanswered is not None:
+            extensions[UNANSWERED] = unanswered
         async with client.stream(
-            "GET", url, headers=sent or None, extensions=extensions
+            "GET", url, headers=sent or None, extensions=extensions or None
         ) as response:
             fields = _fields(response)
             # Read as the headers arrive: a date is turned into seconds from now (see
@@ -538,6 +544,7 @@ class Fetcher:
         request: FetchRequest,
         on_sent: OnSent | None = None,
         may_send: MaySend | None = None,
+        unanswered: Unanswered | None = None,
     ) -> Outcome:
         """One attempt for ``request`` with this crawl's options (see :func:`fetch`).
 
@@ -560,6 +567,7 @@ class Fetcher:
             headers=self._headers if client is self.client else (),
             on_sent=on_sent,
             may_send=may_send,
+            unanswered=unanswered,
         )
         if debug:
             _log_attempt(request, outcome, time.perf_counter() - started)

@@ -275,7 +275,13 @@ class CrawlState:
         return self.frontier.started(request, now=now)
 
     def attempt_finished(
-        self, request: FetchRequest, outcome: Outcome, *, now: float, started: float | None = None
+        self,
+        request: FetchRequest,
+        outcome: Outcome,
+        *,
+        now: float,
+        started: float | None = None,
+        ended: float | None = None,
     ) -> AttemptResult:
         """Take the outcome of one attempt; say what became of the request.
 
@@ -283,10 +289,14 @@ class CrawlState:
             request: The request the attempt was for, as handed out (or retried).
             outcome: What the attempt produced.
             now: The engine's clock, for ``Retry-After``, a backoff and ``Crawl-delay``:
-                the end of the attempt (its last byte, or its failure).
+                the end of the attempt (its last byte, or its failure), as the server saw
+                it: for an attempt that timed out with its request unanswered, when the
+                engine stopped waiting for the server to answer or close.
             started: The engine's clock when the attempt started: a record made now says
                 so (``fetched_at``) and how long it took (``elapsed``); None leaves both
                 null.
+            ended: When the attempt itself ended, if before ``now`` (the timeout of an
+                attempt whose server was waited for): the end of its ``elapsed``.
 
         Returns:
             :class:`~trio_crawler._events.Retry` (attempt it again now, on the same worker),
@@ -302,7 +312,11 @@ class CrawlState:
         if isinstance(request, RobotsRequest):
             return self._robots_finished(request, outcome, now)
         self._learn(request, outcome, now)
-        stamp = None if started is None else Stamp.of_attempt(started, now, self.wall_offset)
+        stamp = (
+            None
+            if started is None
+            else Stamp.of_attempt(started, now if ended is None else ended, self.wall_offset)
+        )
         if isinstance(outcome, FetchError):
             retry = self._retry(request, outcome)
             if retry is None:

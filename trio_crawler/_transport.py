@@ -40,7 +40,11 @@ clock starts").
 What it does not do: HTTP/2, proxies (the crawler uses httpx's own transport when the
 environment names a proxy), request bodies other than bytes (the crawler sends GETs).
 Timeouts are the engine's: a cancel scope bounds each attempt, and a cancellation at any
-point closes the connection it interrupted.
+point closes the connection it interrupted, but one: a request written and not yet
+answered is still the server's, and its connection goes to the request's
+:class:`Unanswered` (the :data:`UNANSWERED` extension), where the engine waits, bounded,
+for the server to answer or close before the origin's next request (docs/manners.md, "A
+request the crawler gave up on").
 
 Errors are raised as the HTTP library's own exceptions (``ConnectError``, ``ReadError``,
 ``WriteError``, ``RemoteProtocolError``, ``LocalProtocolError``), so ``_fetch`` classifies
@@ -57,6 +61,7 @@ two or to rule this one out.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import select
@@ -106,6 +111,9 @@ DEFAULT_PORTS = {b"http": 80, b"https": 443, "http": 80, "https": 443}
 # it is, which this transport sends under the same names.
 HEAD_STARTED = "http11.send_request_headers.started"
 HEAD_WRITTEN = "http11.send_request_headers.complete"
+# The request extension that takes an :class:`Unanswered`: where a request cut short after
+# it was written, with no answer yet, leaves its connection (see the module docstring).
+UNANSWERED = "trio_crawler.unanswered"
 
 
 def choose_transport() -> str:
@@ -173,6 +181,60 @@ class _Connection:
             await self.stream.aclose()
         else:
             await anyio.aclose_forcefully(self.stream)
+
+
+class Unanswered:
+    """Where an attempt's connection goes when the attempt is cancelled after its request
+    was written and before any byte of an answer came: the request is still the server's.
+
+    A server that takes longer than the crawler's ``--timeout`` is usually still working on
+    the request (a busy backend, a stalled process): the crawler closing its connection
+    does not tell it so, and a retry sent at once would reach it while it works on the
+    first, two requests at once where ``--max-per-host 1`` allowed one (the broad benchmark
+    once saw four for one URL when the server stalled for 40 s). So the transport leaves
+    such a connection here, open, instead of closing it, and the engine waits
+    (:meth:`wait`, bounded) for the server to show it is done: an answer, however late, or
+    a close. Whatever happens, :meth:`aclose` closes it; the late answer is not read.
+
+    Made by the caller, one per attempt, and given to the request as the
+    :data:`UNANSWERED` extension; a transport that knows nothing of it (httpx's own)
+    leaves it empty, and a connection is closed as before.
+    """
+
+    __slots__ = ("_connection",)
+
+    def __init__(self) -> None:
+        self._connection: _Connection | None = None
+
+    @property
+    def parked(self) -> bool:
+        """Whether a connection waits here for its server."""
+        return self._connection is not None
+
+    def park(self, connection: _Connection) -> None:
+        """Keep ``connection`` open for :meth:`wait` (by the transport, as it unwinds)."""
+        self._connection = connection
+
+    async def wait(self) -> None:
+        """Return once the server answers (a first byte) or closes, or at once if no
+        connection waits; cancel it to give up."""
+        connection = self._connection
+        if connection is None:
+            return
+        with contextlib.suppress(
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            OSError,
+            ssl.SSLError,
+        ):
+            await connection.stream.receive(1)
+
+    async def aclose(self) -> None:
+        """Close the connection that waits here, if any, without waiting on the peer."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await _close(connection)
 
 
 @functools.cache
@@ -268,6 +330,7 @@ def lean_transport_class(
             reused = connection is not None
             if connection is None:
                 connection = await self._connect(scheme, host, port)
+            extensions = request.extensions
             try:
                 return await self._exchange(
                     connection,
@@ -276,7 +339,8 @@ def lean_transport_class(
                     target,
                     headers,
                     body,
-                    request.extensions.get("trace"),
+                    extensions.get("trace"),
+                    extensions.get(UNANSWERED),
                 )
             except (library.WriteError, library.ReadError, library.RemoteProtocolError):
                 if reused and not connection.answered:  # lost to the server's close
@@ -322,14 +386,18 @@ def lean_transport_class(
             headers: list[tuple[bytes, bytes]],
             body: bytes,
             trace: Any,
+            unanswered: Unanswered | None,
         ) -> httpx.Response:
             """Send the request and read the response's head; any failure or cancellation
-            closes the connection, a withdrawal excepted. ``trace`` (the request's
-            extension, as httpcore takes it) hears of the two events the crawler needs: the
-            head about to be written, when the crawl may still withdraw the request (its
-            origin was told to wait while the connection was made), and the head written,
-            the moment a host's delay runs from."""
+            closes the connection, a withdrawal excepted, and a cancellation once the
+            request was written with no answer yet, which leaves it to ``unanswered`` (if
+            given) for the server's answer or close. ``trace`` (the request's extension,
+            as httpcore takes it) hears of the two events the crawler needs: the head about
+            to be written, when the crawl may still withdraw the request (its origin was
+            told to wait while the connection was made), and the head written, the moment a
+            host's delay runs from."""
             connection.answered = False
+            written = False
             if trace is not None:
                 try:
                     await trace(HEAD_STARTED, {})  # may withdraw the request
@@ -347,6 +415,7 @@ def lean_transport_class(
                 try:
                     head, keep_alive = request_head(method, target, headers, body)
                     await connection.stream.send(head + body if body else head)
+                    written = True
                 except LocalProtocolError as exc:
                     raise library.LocalProtocolError(str(exc)) from exc
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
@@ -361,6 +430,12 @@ def lean_transport_class(
                     )
                 if not isinstance(event, ResponseHead):  # never: a head comes first
                     raise library.RemoteProtocolError(f"unexpected {event!r}")
+            except anyio.get_cancelled_exc_class():
+                if unanswered is not None and written and not connection.answered:
+                    unanswered.park(connection)  # still the server's: see Unanswered
+                else:
+                    await _close(connection)
+                raise
             except BaseException:
                 await _close(connection)
                 raise

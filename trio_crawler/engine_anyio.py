@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from ._clients import Client
     from ._fetch import MaySend, OnSent
+    from ._transport import Unanswered
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -200,14 +201,19 @@ class Crawler(CrawlerBase):
         request: FetchRequest,
         on_sent: OnSent | None = None,
         may_send: MaySend | None = None,
+        unanswered: Unanswered | None = None,
     ) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except cancellation."""
         with anyio.move_on_after(self.config.timeout):
             try:
-                return await self._fetcher.fetch(client, request, on_sent, may_send)
+                return await self._fetcher.fetch(client, request, on_sent, may_send, unanswered)
             except Exception as exc:
                 return self._fetcher.unexpected(request.url, exc)
         return self._fetcher.timed_out(request)
+
+    async def _at_most(self, seconds: float, function: Callable[[], Awaitable[object]]) -> None:
+        with anyio.move_on_after(seconds):
+            await function()
 
     @asynccontextmanager
     async def _open_client(self) -> AsyncIterator[Client]:

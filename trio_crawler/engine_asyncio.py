@@ -40,6 +40,7 @@ each of these is left out, and how Trio's nurseries and cancel scopes make them 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from ._clients import Client
     from ._events import FetchRequest, Outcome
     from ._fetch import MaySend, OnSent
+    from ._transport import Unanswered
 
 __all__ = ["Crawler", "FinishReason"]
 
@@ -256,13 +258,19 @@ class Crawler(CrawlerBase):
         request: FetchRequest,
         on_sent: OnSent | None = None,
         may_send: MaySend | None = None,
+        unanswered: Unanswered | None = None,
     ) -> Outcome:
         """One attempt, bounded by ``timeout``; never raises except CancelledError."""
         try:
             async with asyncio.timeout(self.config.timeout):
                 try:
-                    return await self._fetcher.fetch(client, request, on_sent, may_send)
+                    return await self._fetcher.fetch(client, request, on_sent, may_send, unanswered)
                 except Exception as exc:
                     return self._fetcher.unexpected(request.url, exc)
         except TimeoutError:
             return self._fetcher.timed_out(request)
+
+    async def _at_most(self, seconds: float, function: Callable[[], Awaitable[object]]) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await function()

@@ -274,11 +274,19 @@ def choose_port(hosts: int) -> int:
     raise NginxError(f"no free port in {_PORT_RANGE} after {_PORT_ATTEMPTS} attempts")
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A running nginx of :func:`serve_hosts`: how long it took to listen on every address,
+    and its process (one: ``master_process off``), for a benchmark that stops it a while."""
+
+    ready_s: float
+    process: subprocess.Popen[bytes]
+
+
 @contextlib.contextmanager
-def serve_hosts(site: BroadSite, log: Path) -> Iterator[float]:
-    """Serve ``site`` with a private nginx, its access log to ``log``; yield how long nginx
-    took to listen on every address. nginx is stopped by its PID at the end, which writes
-    out the log's buffer.
+def serve_hosts(site: BroadSite, log: Path) -> Iterator[Served]:
+    """Serve ``site`` with a private nginx, its access log to ``log``. nginx is stopped by
+    its PID at the end, which writes out the log's buffer.
 
     Raises:
         NginxError: If nginx is missing, or does not start and answer.
@@ -292,7 +300,7 @@ def serve_hosts(site: BroadSite, log: Path) -> Iterator[float]:
         process = start_nginx(nginx, tmp, config)
         try:
             _wait_ready(process, site, tmp)
-            yield time.perf_counter() - started
+            yield Served(time.perf_counter() - started, process)
         finally:
             stop_process(process)
 
@@ -466,7 +474,7 @@ def crawl(
     log = work / "access.log"
     notes: list[str] = []
     redis_used: RedisUse | None = None
-    with serve_hosts(site, log) as nginx_start:
+    with serve_hosts(site, log) as served:
         if tool in ("ours", "ours-state"):
             extra = ["--state", str(work / "crawl.db")] if tool == "ours-state" else []
             command = our_command(
@@ -520,7 +528,7 @@ def crawl(
         costs=costs,
         wall_s=wall,
         metrics=metrics,
-        nginx_start_s=nginx_start,
+        nginx_start_s=served.ready_s,
         redis=redis_used,
         notes=notes,
         started_at=started_at,

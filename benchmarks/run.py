@@ -1,6 +1,6 @@
 """Every benchmark, one command: the tables printed, and saved under benchmarks/results/.
 
-Eight parts, run in the order ``--only`` names them (all eight by default):
+Ten parts, run in the order ``--only`` names them (all ten by default):
 
 * ``synthetic``: our four engines, Scrapy and wget crawl the synthetic site, and
   ``floor.py`` measures what the libraries alone cost (``bench_engines.py``).
@@ -27,6 +27,9 @@ Eight parts, run in the order ``--only`` names them (all eight by default):
   our CLI in memory, with ``--state`` and with ``--frontier`` in 3 processes, Scrapy with
   its broad-crawl settings and Crawlee, judged by nginx's log; then our CPU per request
   across 100, 1000 and 5000 hosts; its numbers never fail the run (``bench_broad.py``).
+* ``stall``: the broad site's nginx stopped for a while in the middle of a polite crawl,
+  and what it saw once it ran again: the most requests one host got within a delay
+  (``bench_stall.py``).
 
 The markdown goes to stdout at the end and, section by section as each part finishes, to
 ``benchmarks/results/<name>.md`` (``--out NAME``; by default a name with the date and
@@ -37,7 +40,8 @@ check failed (a tool that did not find every page, a crawl that failed), after w
 Set up once with ``bash benchmarks/setup.sh``, then, from the repository root::
 
     .venv/bin/python benchmarks/run.py [--pages 10000] [--rounds 3]
-        [--only synthetic,docs,slow,state,durable,handler,cluster,pushback,broad] [--out results.md]
+        [--only synthetic,docs,slow,state,durable,handler,cluster,pushback,broad,stall]
+        [--out results.md]
 
 Defaults took 33 minutes on the 2-CPU machine (see README.md for a smoke run).
 """
@@ -58,12 +62,30 @@ if __package__ in (None, ""):
     # Run as a script: make the `benchmarks` folder importable as a package.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_broad, bench_cluster, bench_engines, bench_pushback, bench_slow
+from benchmarks import (
+    bench_broad,
+    bench_cluster,
+    bench_engines,
+    bench_pushback,
+    bench_slow,
+    bench_stall,
+)
 from benchmarks.bench_engines import BenchmarkError, parse_our_python, snapshot_environment
 from benchmarks.measure import GNU_TIME, parts_argument, run_main, snapshot_package
 from benchmarks.nginx import NginxError
 
-PARTS = ("synthetic", "docs", "slow", "state", "durable", "handler", "cluster", "pushback", "broad")
+PARTS = (
+    "synthetic",
+    "docs",
+    "slow",
+    "state",
+    "durable",
+    "handler",
+    "cluster",
+    "pushback",
+    "broad",
+    "stall",
+)
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_STATE = Path(__file__).resolve().parent / "bench_state.py"
 BENCH_DURABLE = Path(__file__).resolve().parent / "bench_durable.py"
@@ -242,6 +264,9 @@ def run_part(
         argv += ["--tools", ",".join(tools)]
         # Its numbers are for reading: it passes whatever they are (bench_broad.py).
         return bench_broad.run(bench_broad.build_parser().parse_args(argv))
+    if part == "stall":
+        argv = ["--package", str(package_path)]
+        return bench_stall.run(bench_stall.build_parser().parse_args(argv))
     if part == "durable":
         argv = ["--pages", str(args.pages), "--rounds", str(args.rounds)]
         return run_state(

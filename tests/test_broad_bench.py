@@ -10,6 +10,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 
 from benchmarks.bench_broad import Setup, our_command
+from benchmarks.bench_stall import most_within
 from benchmarks.broad_site import (
     LOG_FORMAT,
     ROBOTS_TXT,
@@ -239,6 +240,25 @@ def test_in_flight_counts_overlapping_connections_not_one_connection_reused() ->
     )
     assert in_flight(overlapping) == 3
     assert measure(overlapping, hosts=[host], pages_per_host=4, delay=0.1).max_in_flight == 3
+
+
+def test_a_pile_of_requests_read_after_a_stall_is_counted_within_the_delay() -> None:
+    """nginx stopped for a while reads what piled up one connection after another: they
+    overlap in no millisecond, yet one host got three requests within a delay of 1 s."""
+    a, b = "127.0.1.1", "127.0.1.2"
+    lines = [
+        _line(10.000, a, "/", conn=1),
+        _line(30.001, a, "/p/1.html", conn=1),
+        _line(30.002, a, "/p/1.html", conn=2),
+        _line(30.800, a, "/p/1.html", conn=3),
+        _line(31.800, a, "/p/2.html", conn=3),
+        _line(10.000, b, "/", conn=4),
+        _line(10.995, b, "/p/1.html", conn=4),  # within the log's 10 ms of the delay
+    ]
+    requests = parse_log(lines)
+    assert in_flight(request for request in requests if request.host == a) == 1
+    assert most_within(requests, 1.0) == 3
+    assert most_within(parse_log(lines[-2:]), 1.0) == 1
 
 
 def test_the_time_table_splits_a_crawls_wall_time_by_the_log() -> None:

@@ -862,6 +862,21 @@ def test_a_network_error_retry_waits_for_the_delay() -> None:
     assert written == [FetchStatistic(url=ROOT, exception="ConnectError: refused")]
 
 
+def test_one_at_a_time_a_retry_waits_the_delay_from_the_failures_end() -> None:
+    """With ``--max-per-host 1`` the delay runs from each attempt's end, a failed one's too:
+    a refusal that took a while came from a server that may have been slow to take the
+    connection, and its retry goes a delay after it, not after the attempt's start."""
+    state, written = make_state(obey_robots=False, delay=1.0, max_per_host=1, max_tries=2)
+    request = take(state, now=0.0)
+    assert finish(state, request, REFUSED, now=0.25) is None
+    assert state.next_request(now=1.0) is None
+    assert state.next_wakeup() == 1.25
+    retry = take(state, now=1.25)
+    assert retry.attempt == 2
+    assert finish(state, retry, REFUSED, now=1.5) is None
+    assert written == [FetchStatistic(url=ROOT, exception="ConnectError: refused")]
+
+
 # -- Retry-After -------------------------------------------------------------------------
 
 

@@ -123,12 +123,17 @@ def done_operation(
     return op
 
 
-def back_operation(request: FetchRequest, *, wait: float = 0.0) -> Operation:
+def back_operation(
+    request: FetchRequest, *, wait: float = 0.0, ended: float | None = None
+) -> Operation:
     """A leased request given back, first in its origin's line, which waits ``wait``
-    seconds."""
+    seconds; ``ended``: when the attempt it is a retry of ended, on the server's clock
+    (None: it was not fetched)."""
     op: Operation = {"k": "back", "u": request.url, "e": entry_of(request)}
     if wait > 0:
         op["w"] = wait
+    if ended is not None:
+        op["t"] = ended
     return op
 
 

@@ -431,13 +431,15 @@ class RedisFrontier:
         self._ops.append(op)
 
     def _back(self, request: FetchRequest, *, wait: float) -> None:
-        """Give a request in flight back to the server, first in its origin's line."""
+        """Give a request in flight back to the server, first in its origin's line: a
+        retry with when its attempt ended, from which the server times the origin's
+        delay, as for a URL done."""
         self.scheduler.release(request)
         self._starting.discard(request.url)
-        self._ended.pop(request.url, None)
+        ended = self._ended.pop(request.url, None)
         self._waiting_ahead.discard(request.url)
         self._held.pop(request.url, None)
-        self._ops.append(back_operation(request, wait=wait))
+        self._ops.append(back_operation(request, wait=wait, ended=ended))
 
     def _leave(self, request: FetchRequest, op: Operation) -> None:
         """A leased URL leaves the crawl with no record (robots.txt forbids it)."""

@@ -22,10 +22,13 @@
 --           -> 1 if it was queued or leased (now done), 0 if done already or unseen
 --   drop    u, o: leaves without a record (robots.txt forbids it, or it was
 --           unreadable) -> as done
---   back    u, e (the entry, with its attempt), w (seconds its origin waits):
---           given back -> 1 if the caller held it; with w, while other leases of
---           the origin are held, the channel says 'hold T ORIGIN CALLER' (T: when
---           the wait ends), so that their holders do not start them inside it
+--   back    u, e (the entry, with its attempt), w (seconds its origin waits), t
+--           (when its attempt's answer or failure ended, for a retry; absent: not
+--           fetched): given back -> 1 if the caller held it; one at a time with a
+--           delay, the origin's next start waits a delay after t, as after done;
+--           with w, while other leases of the origin are held, the channel says
+--           'hold T ORIGIN CALLER' (T: when the wait ends), so that their holders do
+--           not start them inside it
 --   robots  o, st (k|x), rt (rules text), rf (failure), dl (new delay, or absent),
 --           t (when its answer ended; absent: now), a (as for done)
 --           -> 1 if the caller held the origin's robots.txt lease
@@ -112,7 +115,9 @@ local SHAPES = {
       and maybe(number, op.t) and maybe(number, op.a)
   end,
   drop = function(op) return text(op.u) and text(op.o) end,
-  back = function(op) return text(op.u) and entry(op.e) and maybe(number, op.w) end,
+  back = function(op)
+    return text(op.u) and entry(op.e) and maybe(number, op.w) and maybe(number, op.t)
+  end,
   robots = function(op)
     return text(op.o) and (op.st == 'k' or op.st == 'x') and maybe(text, op.rt)
       and maybe(text, op.rf) and maybe(number, op.dl) and maybe(number, op.t)
@@ -487,6 +492,14 @@ for i, op in ipairs(ops) do
       clear_unstarted(o, op.u)
       unlease(op.u, o)
       requeue(op.u, o, op.e)
+      -- A retry, as after done: one at a time, a delay after the attempt's end.
+      if op.t then
+        local dl = tonumber(redis.call('HGET', okey(o), 'dl')) or 0
+        if dl > 0 and mph == 1 then
+          local nx = tonumber(redis.call('HGET', okey(o), 'nx')) or 0
+          redis.call('HSET', okey(o), 'nx', math.max(nx, at_most_now(op.t) + dl))
+        end
+      end
       if op.w and op.w > 0 then
         local h = redis.call('HMGET', okey(o), 'nx', 'fl')
         redis.call('HSET', okey(o), 'nx', math.max(tonumber(h[1]) or 0, now + op.w))

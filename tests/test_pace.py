@@ -16,7 +16,7 @@ import pytest
 from test_state import ORIGIN, make_state, open_origin, store, take  # noqa: F401
 
 from trio_crawler._counts import SLOWED_ORIGINS
-from trio_crawler._events import FetchError, FetchRequest, Response
+from trio_crawler._events import FetchError, FetchRequest, Response, Retry
 from trio_crawler._pace import GAP_FLOOR, INITIAL_WINDOW, Pace, PaceSignal
 from trio_crawler._robots import ROBOTS_MAX_AGE, RobotsRules
 from trio_crawler._state import CrawlState
@@ -209,6 +209,28 @@ def test_a_pushback_slows_the_origin_on_every_store() -> None:
     assert wakeup is not None
     assert wakeup >= 2.1 + GAP_FLOOR
     assert first.attempt == 2  # the URL that drew the 429 goes first
+
+
+@pytest.mark.parametrize("waited", [0.0, 4.0])
+def test_a_timed_out_request_is_learnt_as_of_its_timeout_on_every_store(waited: float) -> None:
+    """The engine may wait for a timed-out request's server before it finishes the attempt
+    (``now``, the wait's end; ``ended``, the timeout): the origin's delay runs from the
+    wait's end, but its pace learns what the attempt measured. Learnt at the wait's end,
+    the cut would count the wait in the epoch's goodput (one answer in 8 s instead of 4),
+    a gap of 8 s where the attempt's own times give 4."""
+    state, _ = make_state(max_per_host=1, delay=1.0, adapt=True, obey_robots=False, max_tries=2)
+    root = take(state, now=0.0)
+    assert finish(state, root, pages(3), now=0.1) is None
+    page = take(state, now=2.0)  # two seconds after the root: a rate of 0.5 a second
+    timed_out = FetchError(error="TimeoutError: attempt took longer than 2 s", retryable=True)
+    answered = 4.0 + waited
+    result = state.attempt_finished(page, timed_out, now=answered, started=2.0, ended=4.0)
+    assert not isinstance(result, Retry)  # with a delay, the retry waits its turn
+    assert state.statistics().slowed == 1
+    # The delay from the server's end, and the cut's gap from the page's start: one answer
+    # in the 4 s to the timeout, so 4 s (with the wait counted, 8).
+    assert state.next_request(now=answered) is None
+    assert state.next_wakeup() == pytest.approx(max(answered + 1.0, 2.0 + 4.0))
 
 
 def test_no_adapt_keeps_the_crawls_own_pace() -> None:

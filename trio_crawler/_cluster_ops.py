@@ -252,10 +252,18 @@ class SharedPace:
         self.paced: dict[str, float] = {}
 
     def operation(
-        self, origin: str, pushback: bool, elapsed: float, started: float
+        self,
+        origin: str,
+        pushback: bool,
+        elapsed: float,
+        started: float,
+        *,
+        ended: float | None = None,
     ) -> Operation | None:
         """The operation that tells the server of an answer that took ``elapsed`` seconds
-        from ``started`` (the server's clock); None when there is nothing to tell."""
+        from ``started`` (the server's clock), learnt as of ``ended`` (the server's clock)
+        when the call comes later than the attempt's end (its server waited for after a
+        timeout); None when there is nothing to tell."""
         if not self.adapt:
             return None
         local = self._local.get(origin)
@@ -264,7 +272,10 @@ class SharedPace:
         signal = PaceSignal.PUSHBACK if pushback else local.classify(elapsed)
         if signal is PaceSignal.PROMPT and self.paced.get(origin, 1.0) == 0:
             return None
-        return {"k": "pace", "o": origin, "s": PACE_CODES[signal], "t": started}
+        op: Operation = {"k": "pace", "o": origin, "s": PACE_CODES[signal], "t": started}
+        if ended is not None:
+            op["e"] = ended
+        return op
 
     def learn(self, op: Operation, result: object) -> None:
         """The server's answer to a pace operation: the origin's gap when its pace limits

@@ -393,11 +393,20 @@ class Frontier(Protocol):
         ...
 
     def answered(
-        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+        self,
+        request: FetchRequest,
+        *,
+        pushback: bool,
+        started: float,
+        now: float,
+        ended: float | None = None,
     ) -> None:
         """An attempt for ``request``, in flight, that started at ``started`` got an answer
         at ``now``; ``pushback`` when it was a 429 or 503, a timeout or a failed
-        connection. Its origin's pace learns from it (:mod:`trio_crawler._pace`)."""
+        connection. Its origin's pace learns from it (:mod:`trio_crawler._pace`), as of
+        ``ended`` when given: the timeout of an attempt whose server the engine then
+        waited for, until ``now`` (the origin's delay runs from ``now``; what the pace
+        measures is the attempt, not that wait)."""
         ...
 
     @property

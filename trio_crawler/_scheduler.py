@@ -471,20 +471,29 @@ class OriginScheduler:
     # -- pace ----------------------------------------------------------------------------
 
     def answered(
-        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+        self,
+        request: FetchRequest,
+        *,
+        pushback: bool,
+        started: float,
+        now: float,
+        ended: float | None = None,
     ) -> str | None:
         """An attempt in flight ended at ``now`` (``pushback``: a 429 or 503, a timeout, a
-        failed connection): the pace learns (its change, logged, is returned), and with a
-        delay and one request at a time, the next waits a delay after this end, however
-        late this one reached the server (docs/manners.md). Call it before it leaves."""
+        failed connection): the pace learns (its change, logged, is returned), as of
+        ``ended`` if given (an attempt whose server was waited for after its timeout, the
+        frontier's ``answered`` says), and with a delay and one request at a time, the next
+        waits a delay after ``now``, however late this one reached the server
+        (docs/manners.md). Call it before it leaves."""
         origin = self._origin(request)
         if origin.delay and self._max_per_host == 1:
             origin.next_start = max(origin.next_start, now + origin.delay)
+        learnt = now if ended is None else ended
         pace = origin.pace
-        if pace is None or (not pushback and pace.idle(now - started)):
+        if pace is None or (not pushback and pace.idle(learnt - started)):
             return None
         slowed_before, gap_before = pace.active, pace.gap
-        signal, change = origin.learn(pushback, started, now, self._max_per_host)
+        signal, change = origin.learn(pushback, started, learnt, self._max_per_host)
         self._tally.note(origin.key, pace, was_active=slowed_before)
         if change is not None:
             why = "pushback" if pushback else signal.value

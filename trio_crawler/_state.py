@@ -311,7 +311,7 @@ class CrawlState:
         self._check_in_flight(request)
         if isinstance(request, RobotsRequest):
             return self._robots_finished(request, outcome, now)
-        self._learn(request, outcome, now)
+        self._learn(request, outcome, now, ended)
         stamp = (
             None
             if started is None
@@ -413,12 +413,15 @@ class CrawlState:
 
     # -- decisions ------------------------------------------------------------------------
 
-    def _learn(self, request: FetchRequest, outcome: Outcome, now: float) -> None:
+    def _learn(
+        self, request: FetchRequest, outcome: Outcome, now: float, ended: float | None = None
+    ) -> None:
         """The origin's pace and delay take the answer (before it leaves the flight)."""
         started = self._starts.pop(request.url, None)
         if started is None:
             return
-        self.frontier.answered(request, pushback=pushes_back(outcome), started=started, now=now)
+        pushback = pushes_back(outcome)
+        self.frontier.answered(request, pushback=pushback, started=started, now=now, ended=ended)
 
     def counters(self) -> dict[str, int]:
         """The report's limit counters, ``slowed_origins`` as the frontier counts it."""

@@ -171,9 +171,15 @@ class MemoryFrontier:
         return self.scheduler.started(request, now=now)
 
     def answered(
-        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+        self,
+        request: FetchRequest,
+        *,
+        pushback: bool,
+        started: float,
+        now: float,
+        ended: float | None = None,
     ) -> None:
-        self.scheduler.answered(request, pushback=pushback, started=started, now=now)
+        self.scheduler.answered(request, pushback=pushback, started=started, now=now, ended=ended)
 
     @property
     def slowed(self) -> tuple[int, int]:

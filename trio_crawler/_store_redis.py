@@ -347,14 +347,29 @@ class RedisFrontier:
                 self._runtime.on_lost(exc)
 
     def answered(
-        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+        self,
+        request: FetchRequest,
+        *,
+        pushback: bool,
+        started: float,
+        now: float,
+        ended: float | None = None,
     ) -> None:
-        wall = self.link.runtime.wall_time(started)
+        runtime = self.link.runtime
         # The host's next request waits a delay from this answer's end, not from the call
         # that says it is done, which follows the record's writing (see lua/step.lua).
         if not request.robots:
-            self._ended[request.url] = self.link.runtime.wall_time(now)
-        op = self._pace.operation(origin_of(request.url), pushback, now - started, wall)
+            self._ended[request.url] = runtime.wall_time(now)
+        # The pace learns as of the attempt's own end: a timed-out request whose server was
+        # waited for is told of with the wait's end, but its cut is the timeout's.
+        learnt = now if ended is None else ended
+        op = self._pace.operation(
+            origin_of(request.url),
+            pushback,
+            learnt - started,
+            runtime.wall_time(started),
+            ended=None if ended is None else runtime.wall_time(ended),
+        )
         if op is not None:
             self._ops.append(op)
 

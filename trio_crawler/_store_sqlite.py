@@ -281,9 +281,17 @@ class StoredFrontier:
         return self.scheduler.started(request, now=now)
 
     def answered(
-        self, request: FetchRequest, *, pushback: bool, started: float, now: float
+        self,
+        request: FetchRequest,
+        *,
+        pushback: bool,
+        started: float,
+        now: float,
+        ended: float | None = None,
     ) -> None:
-        if self.scheduler.answered(request, pushback=pushback, started=started, now=now):
+        if self.scheduler.answered(
+            request, pushback=pushback, started=started, now=now, ended=ended
+        ):
             self._note_origin(self._origin_key(request))
 
     @property

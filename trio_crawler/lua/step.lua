@@ -36,8 +36,10 @@
 --   started u, t (when; absent: now): the request went out: its origin's delay
 --           runs from then -> 1 if the caller held it
 --   pace    o, s (p: pushback, o: a prompt answer, w: a slow one), t (when the
---           attempt started): the origin's pace learns from an answer (see
---           pace_answer) -> the origin's gap if its pace sets one, else 1e-6
+--           attempt started), e (when it ended, if not now: an attempt that timed
+--           out, whose server the caller then waited for): the origin's pace
+--           learns from an answer, as of e (see pace_answer)
+--           -> the origin's gap if its pace sets one, else 1e-6
 --           while it limits the window (slow start included), else 0
 --   renew   u (leases): their deadlines move to now + lease seconds
 --           -> how many the caller held
@@ -127,6 +129,7 @@ local SHAPES = {
   started = function(op) return text(op.u) and maybe(number, op.t) end,
   pace = function(op)
     return text(op.o) and (op.s == 'p' or op.s == 'o' or op.s == 'w') and number(op.t)
+      and maybe(number, op.e)
   end,
   renew = function(op) return texts(op.u) end,
   lease = function(op) return number(op.n) end,
@@ -189,10 +192,10 @@ local function pace_started(o, now)
   redis.call('HSET', k, 'pi', interval, 'pl', now)
 end
 
--- Origin o's pace takes an answer s to an attempt that started at t
+-- Origin o's pace takes an answer s, at time at, to an attempt that started at t
 -- (Pace.answered); returns its gap if the pace sets one, else 1e-6 while it
 -- limits the window (slow start included), else 0.
-local function pace_answer(o, s, t)
+local function pace_answer(o, s, t, at)
   local k = okey(o)
   local h = redis.call('HMGET', k, 'pg', 'pw', 'pc', 'pk', 'pt', 'pe', 'pn', 'pi', 'pl',
     'ps', 'pm', 'pr', 'fl', 'dl')
@@ -207,7 +210,7 @@ local function pace_answer(o, s, t)
   if s == 'p' and current then
     local spacing = gap > 0 and gap or interval
     local rate = 1 / math.max(spacing, GAP_FLOOR)
-    local span = epoch >= 0 and now - epoch or 0
+    local span = epoch >= 0 and at - epoch or 0
     local goodput = rate
     if span > 0 and prompt > 0 then goodput = prompt / span end
     local low = math.max(1 / GAP_CAP, math.min(BETA * rate, goodput))
@@ -215,7 +218,7 @@ local function pace_answer(o, s, t)
     knee = (math.max(0, 1 - low / ceiling) / CUBE) ^ (1 / 3)
     gap = math.min(GAP_CAP, math.max(GAP_FLOOR, 1 / low))
     window = math.max(1, fl - 1)
-    cut, epoch, prompt, trimmed, credit, slowed = now, now, 0, false, 0, true
+    cut, epoch, prompt, trimmed, credit, slowed = at, at, 0, false, 0, true
   elseif s == 'p' then
     if window > 1 then window = window - 1 end
   elseif current then
@@ -226,7 +229,7 @@ local function pace_answer(o, s, t)
       window = math.max(1, math.min(window > 0 and window or others, others) - 1)
     elseif s == 'o' then
       if gap > 0 then
-        local rate = ceiling * (1 + CUBE * (now - cut - knee) ^ 3)
+        local rate = ceiling * (1 + CUBE * (at - cut - knee) ^ 3)
         gap = rate > 0 and 1 / rate or GAP_CAP
         if gap <= math.max(dl, GAP_FLOOR) then gap = 0 end
       end
@@ -548,7 +551,7 @@ for i, op in ipairs(ops) do
       result = 1
     end
   elseif k == 'pace' then
-    if adapt then result = pace_answer(op.o, op.s, op.t) end
+    if adapt then result = pace_answer(op.o, op.s, op.t, at_most_now(op.e)) end
   elseif k == 'renew' then
     for _, member in ipairs(op.u) do
       if mine(member) then

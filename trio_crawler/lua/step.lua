@@ -171,6 +171,17 @@ local function at_most_now(t)
   return math.min(t, now)
 end
 
+-- One at a time with a delay, origin o's next start waits a delay after t, the end of
+-- an attempt's answer or failure (OriginScheduler.answered): its request may have
+-- reached the server late.
+local function delay_after(o, t)
+  local dl = tonumber(redis.call('HGET', okey(o), 'dl')) or 0
+  if dl > 0 and mph == 1 then
+    local nx = tonumber(redis.call('HGET', okey(o), 'nx')) or 0
+    redis.call('HSET', okey(o), 'nx', math.max(nx, at_most_now(t) + dl))
+  end
+end
+
 -- The seconds between two starts in force at origin hash k: its delay or its gap.
 local function spacing_of(dl, pg)
   dl, pg = tonumber(dl) or 0, tonumber(pg) or 0
@@ -460,15 +471,9 @@ for i, op in ipairs(ops) do
       o = o or op.o
       clear_unstarted(o, op.u)
       unlease(op.u, o)
-      -- One at a time with a delay: the next waits a delay after this one's end
-      -- (OriginScheduler.answered), as its request may have reached the server late.
       -- The end is the answer's, as the caller timed it (never later than now): this
       -- call comes after the record is written, which is no part of the host's wait.
-      local dl = tonumber(redis.call('HGET', okey(o), 'dl')) or 0
-      if dl > 0 and mph == 1 then
-        local nx = tonumber(redis.call('HGET', okey(o), 'nx')) or 0
-        redis.call('HSET', okey(o), 'nx', math.max(nx, at_most_now(op.t) + dl))
-      end
+      delay_after(o, op.t)
       make_ready(o)
       if op.a == 1 and not fin and below_share() then lease_ahead(o) end
     elseif st == 'q' then
@@ -495,14 +500,7 @@ for i, op in ipairs(ops) do
       clear_unstarted(o, op.u)
       unlease(op.u, o)
       requeue(op.u, o, op.e)
-      -- A retry, as after done: one at a time, a delay after the attempt's end.
-      if op.t then
-        local dl = tonumber(redis.call('HGET', okey(o), 'dl')) or 0
-        if dl > 0 and mph == 1 then
-          local nx = tonumber(redis.call('HGET', okey(o), 'nx')) or 0
-          redis.call('HSET', okey(o), 'nx', math.max(nx, at_most_now(op.t) + dl))
-        end
-      end
+      if op.t then delay_after(o, op.t) end  -- a retry: as after done
       if op.w and op.w > 0 then
         local h = redis.call('HMGET', okey(o), 'nx', 'fl')
         redis.call('HSET', okey(o), 'nx', math.max(tonumber(h[1]) or 0, now + op.w))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -172,6 +173,30 @@ def _drive_by_hand(state: CrawlState, store: StoredFrontier, written: list[Fetch
 async def _shielded(function: Callable[[], Awaitable[T]]) -> T:
     with anyio.CancelScope(shield=True):
         return await function()
+
+
+def channel_tells(state: CrawlState, told: Callable[[RedisFrontier], bool]) -> threading.Event:
+    """An event set once the crawl's channel has woken the Redis store of ``state`` and
+    ``told(store)`` holds: a scenario that steps a shared crawl's core by hand waits for it
+    where an engine's dispatcher would be woken.
+
+    A process that found nothing to lease looks again only when the server said it would
+    have work, or when the channel tells it sooner (work comes, the crawl is finished).
+    The message comes in the store's own event loop, in its own time: on a loaded machine
+    it came after a scenario's next step, which found the process still idle for half a
+    lease, or the crawl not finished."""
+    frontier = state.frontier
+    assert isinstance(frontier, RedisFrontier)
+    heard = threading.Event()
+    woken = frontier.wake
+
+    def wake() -> None:
+        woken()
+        if told(frontier):
+            heard.set()
+
+    frontier.wake = wake  # type: ignore[method-assign]
+    return heard
 
 
 def _drive_through_portal(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from redis_server import RedisServer
-from stores import make_core
+from stores import channel_tells, make_core
 
 from trio_crawler._events import Response
 from trio_crawler._retry_policy import backoff_wait
@@ -57,6 +57,17 @@ def join(
     return state
 
 
+def hears_of_work(state: CrawlState, *, by: float) -> threading.Event:
+    """Set once the process of ``state`` has heard on the crawl's channel that work comes
+    by ``by`` on its clock (see stores.channel_tells)."""
+
+    def soon(frontier: RedisFrontier) -> bool:
+        idle_until = frontier.link.idle_until
+        return idle_until is None or idle_until <= by
+
+    return channel_tells(state, soon)
+
+
 @pytest.mark.parametrize(
     ("answer", "wait"),
     [
@@ -75,7 +86,9 @@ def test_another_process_sends_nothing_to_the_origin_until_the_wait_ends(
         second = join(redis, tmp_path, cleanup, "shared", delay=1.0)
         root = first.next_request(now=0.0)
         assert root is not None
+        told = hears_of_work(second, by=1.5)
         first.attempt_started(root, now=0.0)
+        assert told.wait(HANG_LIMIT), "the second process did not hear when the URL comes"
         assert second.next_request(now=0.1) is None  # its URL waits for the delay
         assert second.next_wakeup() == pytest.approx(1.0, abs=0.1)
 
@@ -143,7 +156,9 @@ def test_a_crawl_delay_another_process_read_paces_this_one(
         rules = Response(
             status=200, content_type="text/plain", body=b"User-agent: *\nCrawl-delay: 1\n"
         )
+        told = hears_of_work(second, by=1.2)
         first.attempt_finished(robots, rules, now=0.1)
+        assert told.wait(HANG_LIMIT), "the second process did not hear of the page"
         page = second.next_request(now=1.2)
         assert page is not None
         assert not page.robots

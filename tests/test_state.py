@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import STORES, WALL_AT_ZERO, make_core
+from stores import STORES, WALL_AT_ZERO, channel_tells, make_core
 
 from trio_crawler._config import MAX_HOST_DELAY
 from trio_crawler._counts import CrawlCounts
@@ -42,7 +42,7 @@ from trio_crawler._robots import MAX_ROBOTS_REDIRECTS
 from trio_crawler._state import CrawlState
 from trio_crawler._stats import FetchStatistic, count_records
 
-from support import finish
+from support import HANG_LIMIT, finish
 
 ROOT = "http://example.com/"
 ORIGIN = "http://example.com"
@@ -450,7 +450,9 @@ def test_urls_another_process_holds_are_leased_elsewhere_not_queued(store: str) 
     assert counts(mine) == CrawlCounts(queued=0, in_flight=0, leased_elsewhere=1, done=0, seen=1)
     assert counts(mine).todo == 1
     assert not mine.finished  # the other process may die, and its lease run out
+    told = channel_tells(mine, lambda frontier: frontier.shared.finished)
     finish(other, held, html(), now=0.0)  # done, with no links: the crawl is finished
+    assert told.wait(HANG_LIMIT), "this process did not hear that the crawl is finished"
     assert mine.next_request(now=0.0) is None
     assert mine.finished
     assert counts(mine) == CrawlCounts(queued=0, in_flight=0, leased_elsewhere=0, done=0, seen=1)

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from ._clients import DEFAULT_USER_AGENT
 from ._config import CrawlConfig, CrawlOptions
@@ -38,7 +38,7 @@ from ._transport import Unanswered
 from ._turns import free_turn
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
     from contextlib import AbstractAsyncContextManager
     from typing import Unpack
 
@@ -218,6 +218,8 @@ class CrawlerBase(abc.ABC):
         self._phase = Phase.NEW
         # Whether stop() was called: the one answer to that question, whatever the phase.
         self._stopping = False
+        # Whether the dispatcher's errand to the store (_store_errand) is under way.
+        self._errand_running = False
         self._init_engine()
 
     def _item_files(self, items: str | os.PathLike[str] | None) -> OutputFiles | None:
@@ -498,6 +500,30 @@ class CrawlerBase(abc.ABC):
     def _store_needs(self) -> bool:
         """For a dispatcher with nothing to hand out: whether a flush could change that."""
         return self.store.has_work(starved=True)
+
+    def _store_errand(self) -> Callable[[], Coroutine[Any, Any, None]] | None:
+        """For a dispatcher with nothing to hand out now: the flush that could change that,
+        to run in a task of its own beside the dispatcher, or None (nothing to do, or the
+        last one still runs).
+
+        Beside, not awaited: a transaction of the state file, or a call to the shared
+        frontier, takes milliseconds, and a broad crawl has hosts coming due all the time.
+        A dispatcher inside the flush handed none of them out until it returned, and a
+        polite crawl never makes up a late request: measured on 500 hosts with --state,
+        the rounds spread from 0.29 s to 0.38-0.47 s wide over the first five pages of
+        each host, while the flushes loaded their links (docs/manners.md).
+        """
+        if self._errand_running or not self.store.has_work(starved=True):
+            return None
+        self._errand_running = True
+        return self._run_errand
+
+    async def _run_errand(self) -> None:
+        try:
+            await self._flush_store(starved=True)
+        finally:
+            self._errand_running = False
+            self._wake_dispatcher()  # it may have loaded, or leased, work to hand out
 
     def _begin(self) -> float:
         """Enter ``crawl()``: check that this Crawler has not crawled; return the start time."""

@@ -18,6 +18,9 @@ stream, ``trio.move_on_after`` ``anyio.move_on_after``. The design is the same:
   (:class:`~trio_crawler._turns.Turns`, on an AnyIO lock and events): one page a pass of
   the loop, while the dispatcher has no request in hand, so that a request due goes out
   before the pages waiting to be parsed;
+- with nothing to hand out, the dispatcher starts the store's flush (a transaction, a call
+  to the shared frontier) in a task beside it, one at a time, and goes on handing out the
+  hosts that come due meanwhile;
 - one cancel scope bounds the crawl (``max_time``, :meth:`Crawler.stop`), another each
   attempt; client cleanup is shielded and bounded.
 
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
+    from anyio.abc import TaskGroup
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
     from ._clients import Client
@@ -111,12 +115,14 @@ class Crawler(CrawlerBase):
                                 task_group.start_soon(self._worker, request_receiver.clone())
                         if self._on_progress is not None:
                             task_group.start_soon(self._report_progress)
-                        task_group.start_soon(self._dispatch, request_sender)
+                        task_group.start_soon(self._dispatch, request_sender, task_group)
                 deadline_passed = self._crawl_scope.cancelled_caught
         finally:
             self._end(start, deadline_passed=deadline_passed)
 
-    async def _dispatch(self, request_sender: MemoryObjectSendStream[FetchRequest]) -> None:
+    async def _dispatch(
+        self, request_sender: MemoryObjectSendStream[FetchRequest], task_group: TaskGroup
+    ) -> None:
         """Hand queued requests to idle workers until the core says the crawl is done."""
         turns = self._turns
         assert turns is not None
@@ -136,9 +142,9 @@ class Crawler(CrawlerBase):
                         await anyio.lowlevel.checkpoint()  # the worker writes it first
                     continue
                 turns.waiting()  # pages may be read until a request is due
-                if self._store_needs():  # a state file to write, or its queue to load
-                    await self._flush_store(starved=True)
-                    continue
+                errand = self._store_errand()  # a state file to write, its queue to load:
+                if errand is not None:  # beside, as hosts come due meanwhile
+                    task_group.start_soon(errand)
                 if self.state.finished:  # asked after next_request(), which can finish it
                     break
                 # Nothing to hand out yet: wait until a worker finishes a URL (which may

@@ -20,13 +20,12 @@ The whole concurrency of a crawl::
                     await sender.send(request)          # blocks until a worker is idle
                     continue                            # (and lets pages go meanwhile)
                 turns.waiting()
-                if store.has_work(starved=True):        # a state file to write, a lease
-                    await store.flush(starved=True)
-                elif state.finished:                    # replaces Queue.join()
-                    break
-                else:                                   # a worker finished a URL,
-                    with trio.move_on_at(state.next_wakeup()):  # or a delay is over
-                        await progress.wait()
+                if store.has_work(starved=True):        # a state file to write, a lease:
+                    nursery.start_soon(store.flush)     # beside (one at a time), as hosts
+                if state.finished:                      # come due meanwhile
+                    break                               # replaces Queue.join()
+                with trio.move_on_at(state.next_wakeup()):  # a worker finished a URL,
+                    await progress.wait()               # a flush ended, or a delay is over
 
     async def worker(receiver):
         async for request in receiver:
@@ -57,6 +56,13 @@ So, in a paced crawl (a delay, a Crawl-delay, a slowed pace), a worker reads its
 one page a pass of the loop, and only while the dispatcher has no request in hand. The
 dispatcher lets pages go before it blocks for a worker, since the busy workers may be the
 ones waiting for a turn.
+
+Why the store's flush runs beside the dispatcher. With nothing to hand out, the dispatcher
+may ask the store to write what waits and to load (or lease) more work: a transaction of
+the state file in a thread, or a call to the shared frontier. That takes milliseconds, and
+in a broad crawl hosts come due all the time, so it runs in a task of its own in the
+nursery, one at a time (``_store_errand``), and wakes the dispatcher when it ends. A
+dispatcher that awaited it handed out nothing meanwhile, and each host's lateness stays.
 
 Ending the crawl needs no ``task.cancel()``: when the core reports it is finished, the
 dispatcher closes the send side, each worker's ``async for`` ends, and the nursery exits.
@@ -146,12 +152,14 @@ class Crawler(CrawlerBase):
                                 nursery.start_soon(self._worker, request_receiver.clone())
                         if self._on_progress is not None:
                             nursery.start_soon(self._report_progress)
-                        nursery.start_soon(self._dispatch, request_sender)
+                        nursery.start_soon(self._dispatch, request_sender, nursery)
                 deadline_passed = self._crawl_scope.cancelled_caught
         finally:
             self._end(start, deadline_passed=deadline_passed)
 
-    async def _dispatch(self, request_sender: trio.MemorySendChannel[FetchRequest]) -> None:
+    async def _dispatch(
+        self, request_sender: trio.MemorySendChannel[FetchRequest], nursery: trio.Nursery
+    ) -> None:
         """Hand queued requests to idle workers until the core says the crawl is done."""
         async with request_sender:
             while True:
@@ -169,9 +177,9 @@ class Crawler(CrawlerBase):
                         await trio.lowlevel.checkpoint()  # the worker writes it first
                     continue
                 self._turns.waiting()  # pages may be read until a request is due
-                if self._store_needs():  # a state file to write, or its queue to load
-                    await self._flush_store(starved=True)
-                    continue
+                errand = self._store_errand()  # a state file to write, its queue to load:
+                if errand is not None:  # beside, as hosts come due meanwhile
+                    nursery.start_soon(errand)
                 if self.state.finished:  # asked after next_request(), which can finish it
                     break
                 # Nothing to hand out yet: wait until a worker finishes a URL (which may

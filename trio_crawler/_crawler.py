@@ -513,7 +513,7 @@ class CrawlerBase(abc.ABC):
         the rounds spread from 0.29 s to 0.38-0.47 s wide over the first five pages of
         each host, while the flushes loaded their links (docs/manners.md).
         """
-        if self._errand_running or not self.store.has_work(starved=True):
+        if self._errand_running or not self._store_needs():
             return None
         self._errand_running = True
         return self._run_errand

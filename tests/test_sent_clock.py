@@ -20,6 +20,7 @@ of the delay.
 from __future__ import annotations
 
 import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -32,8 +33,10 @@ import httpcore
 import httpx
 import pytest
 import trustme
+from thread_server import ThreadServer, busy_for, response, thread_server
 
 from trio_crawler._clients import choose_http_library, default_ssl_context, open_client
+from trio_crawler._connections import RECEIVE_STAMP
 from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import _SentTrace, fetch
 from trio_crawler._transport import choose_transport
@@ -100,6 +103,56 @@ async def test_a_slow_connection_takes_nothing_from_the_next_gap(
     # milliseconds late, which can make the next gap look that much shorter.
     slack = 1e-6 if engine.virtual_time else 0.02
     assert min(gaps) >= delay - slack, list(zip(server.requests[1:], gaps, strict=True))
+
+
+@pytest.mark.real_time  # the kernel's receive times are real ones
+@pytest.mark.parametrize("store", ["memory", "sqlite", "redis"])
+async def test_an_answer_read_late_takes_nothing_from_the_next_gap(
+    engine: Engine, store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """With one request at a time, a host's delay runs from its last answer's end. The
+    crawler's loop is kept busy (0.4 s, a process reading hundreds of other hosts' pages)
+    from just before the end of the root's answer reaches the machine: on Trio on Linux
+    the kernel's receive time says when it came, and the next request goes the delay after
+    that; elsewhere (asyncio, httpx's own transport), the delay after the late read. Never
+    sooner than the delay, as the server sees it (a server in a thread, which the blocked
+    loop does not stop)."""
+    delay, busy = 0.5, 0.4
+    options = store_options(store, tmp_path, request, f"late-read-{engine.name}")
+
+    def root(server: ThreadServer, connection: socket.socket) -> None:
+        whole = response(b'<a href="/next">next</a>' + b" " * 5000)
+        server.hold(connection, whole[:100], whole[100:])
+
+    def following(server: ThreadServer, connection: socket.socket) -> None:
+        connection.sendall(response(b"<p>last</p>"))
+
+    async def keep_the_loop_busy(server: ThreadServer) -> None:
+        await anyio.to_thread.run_sync(server.held.wait, HANG_LIMIT)
+        server.release()  # the rest arrives while the loop cannot read it
+        busy_for(busy)
+
+    with thread_server({"/": root, "/next": following}) as server:
+        async with anyio.create_task_group() as beside:
+            beside.start_soon(keep_the_loop_busy, server)
+            crawler = await crawl(
+                engine,
+                server.url(),
+                delay=delay,
+                max_per_host=1,
+                max_tasks=2,
+                adapt=False,
+                **options,
+            )
+    assert sorted(record.url for record in crawler.done) == [server.url(), server.url("/next")]
+    times = {target: at for at, target in server.arrivals}
+    assert [target for _, target in server.arrivals] == ["/robots.txt", "/", "/next"]
+    gap = times["/next"] - times["/"]
+    assert gap >= delay - 0.02  # the server's view: never sooner
+    if engine.backend == "trio" and RECEIVE_STAMP is not None and choose_transport() == "lean":
+        assert gap < delay + busy - 0.15, gap  # timed from the arrival, not the read
+    else:
+        assert gap >= delay + busy - 0.02, gap  # timed from the read
 
 
 @pytest.mark.usefixtures("trusting_crawler")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import os
 import random
+import socket
 import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 import pytest
+from thread_server import ThreadServer, busy_for, response, thread_server
 
 from trio_crawler._clients import (
     DEFAULT_USER_AGENT,
@@ -31,7 +33,7 @@ from trio_crawler._clients import (
     choose_http_library,
     open_client,
 )
-from trio_crawler._connections import CrawlConnections
+from trio_crawler._connections import RECEIVE_STAMP, CrawlConnections
 from trio_crawler._events import FetchError, Response
 from trio_crawler._fetch import fetch
 from trio_crawler._options import ConfigError
@@ -153,6 +155,41 @@ async def test_a_request_cancelled_as_its_head_is_about_to_go_closes_its_connect
     assert response.status_code == 200
     assert server.requests == ["/"]
     assert server.connections == 2
+
+
+async def block_loop_when_held(server: ThreadServer, seconds: float) -> None:
+    """Once the server has sent the first part of its answer, keep the event loop from
+    running for ``seconds`` (a process busy with other pages), letting the rest go."""
+    await anyio.to_thread.run_sync(server.held.wait, HANG_LIMIT)
+    server.release()  # the rest reaches the machine while the loop cannot read it
+    busy_for(seconds)
+
+
+def split_page(server: ThreadServer, connection: socket.socket) -> None:
+    whole = response(b"<p>" + b"x" * 5000 + b"</p>")
+    server.hold(connection, whole[:200], whole[200:])
+
+
+async def test_an_answer_read_late_says_when_it_arrived(anyio_backend: str) -> None:
+    """On Trio on Linux the transport reads with the kernel's receive times, and a
+    response says when its last bytes reached the machine, however late it was read: the
+    moment a host's delay runs from (docs/manners.md, "When the delay's clock starts").
+    Elsewhere (asyncio does its own reading) it says nothing, and the read's time counts."""
+    with thread_server({"/": split_page}) as server:
+        async with lean_client() as client, anyio.create_task_group() as busy:
+            busy.start_soon(block_loop_when_held, server, 0.3)
+            with anyio.fail_after(HANG_LIMIT):
+                before = anyio.current_time()
+                outcome = await fetch(client, server.url("/"))
+                read = anyio.current_time()
+    assert isinstance(outcome, Response)
+    assert outcome.body == b"<p>" + b"x" * 5000 + b"</p>"
+    if anyio_backend == "trio" and RECEIVE_STAMP is not None:
+        assert outcome.arrived is not None
+        # It came right after the release, before the loop's 0.3 s away; read after.
+        assert before <= outcome.arrived <= read - 0.2, (before, outcome.arrived, read)
+    else:
+        assert outcome.arrived is None
 
 
 async def test_a_request_cut_short_unanswered_leaves_its_connection_to_the_server() -> None:

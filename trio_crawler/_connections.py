@@ -60,6 +60,15 @@ seconds, all at once. On asyncio it still calls ``anyio.connect_tcp``: a socket 
 wraps there keeps its transport reading, where the transport needs the kernel to hold
 what an idle connection receives (see ``_alive`` in ``_transport.py``).
 
+On Linux, with Trio's own clock, such a socket also asks the kernel for the time each
+segment it receives arrived (``SO_TIMESTAMPNS``), and the transport reads it with
+:func:`receive_stamped` (``recvmsg``) instead of AnyIO's ``receive``: a host's delay runs
+from the end of its last answer, and a process busy with other hosts' pages reads that
+end late by as long as it is busy. Timed from its arrival, the host's gap is the delay
+again (docs/manners.md, "When the delay's clock starts"). Elsewhere (asyncio, whose
+transport does the reading; a virtual clock, on which the kernel's times mean nothing;
+another system) reads are as before, and the delay runs from the read.
+
 With ``TRIO_CRAWLER_TRANSPORT=httpx`` (or a proxy in the environment) none of this is used:
 each worker's ``AsyncClient`` has httpx's own pool, with ``limits=`` of one connection
 (``max_connections=1``, so ``max_keepalive_connections`` is 1 too), so the crawl holds at
@@ -70,8 +79,10 @@ per connection. A caller's own ``client=`` keeps its own limits.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import struct
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -93,6 +104,17 @@ except ImportError:  # Windows: no RLIMIT_NOFILE to read
     resource = None  # type: ignore[assignment]
 
 C = TypeVar("C")
+
+# Linux's SO_TIMESTAMPNS, which Python's socket module does not name: 35 on the
+# architectures that use the kernel's generic socket numbers (alpha, mips, parisc and
+# sparc have numbers of their own, and are left out). A received segment's time comes
+# with the read as a struct timespec, two C longs.
+_GENERIC_NUMBERS = ("x86_64", "i386", "i686", "aarch64", "arm", "riscv64", "ppc64", "s390x")
+RECEIVE_STAMP: int | None = (
+    35 if sys.platform == "linux" and os.uname().machine.startswith(_GENERIC_NUMBERS) else None
+)
+_STAMP = struct.Struct("@ll")
+_STAMP_SPACE = socket.CMSG_SPACE(_STAMP.size) if hasattr(socket, "CMSG_SPACE") else 0
 
 # The variable that overrides the default cap: a number (0 keeps no connection idle), or
 # "none" for no cap. For measurements and the test suite, like TRIO_CRAWLER_TRANSPORT.
@@ -420,6 +442,9 @@ async def connect_address(address: str, port: int) -> anyio.abc.SocketStream:
     try:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if RECEIVE_STAMP is not None and _on_system_clock():
+            with contextlib.suppress(OSError):  # a kernel without it: reads as before
+                sock.setsockopt(socket.SOL_SOCKET, RECEIVE_STAMP, 1)
         try:
             sock.connect((address, port))
         except BlockingIOError:  # EINPROGRESS: writable once connected, or refused
@@ -450,6 +475,55 @@ def _on_trio() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _on_system_clock() -> bool:
+    """Whether Trio's loop runs on its real clock (not a test's ``MockClock``), against
+    which the kernel's receive times can be set."""
+    trio = sys.modules["trio"]
+    clock = trio.lowlevel.current_clock()
+    return type(clock).__name__ == "SystemClock" and type(clock).__module__.startswith("trio.")
+
+
+def stamped_reader(stream: object, raw: socket.socket | None) -> Any:
+    """A Trio socket to read ``stream``'s bytes with their arrival time from
+    (:func:`receive_stamped`), or None: only for a plain TCP stream that
+    :func:`connect_address` asked the kernel to stamp."""
+    if RECEIVE_STAMP is None or raw is None or not isinstance(stream, anyio.abc.SocketStream):
+        return None
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return None
+    try:
+        if not raw.getsockopt(socket.SOL_SOCKET, RECEIVE_STAMP):
+            return None
+    except OSError:
+        return None
+    return trio.socket.from_stdlib_socket(raw)
+
+
+async def receive_stamped(reader: Any, size: int) -> tuple[bytes, float | None]:
+    """Up to ``size`` bytes from ``reader`` (a :func:`stamped_reader`), and when the newest
+    of them reached this machine, by the kernel's clock (``time.time()``'s), or None if
+    the read came without it. Errors and the end of the stream are AnyIO's, as the
+    stream's own ``receive()`` raises them."""
+    trio = sys.modules["trio"]
+    try:
+        data, ancillary, _flags, _address = await reader.recvmsg(size, _STAMP_SPACE)
+    except trio.ClosedResourceError as exc:
+        raise anyio.ClosedResourceError from exc
+    except OSError as exc:
+        if reader.fileno() < 0:
+            raise anyio.ClosedResourceError from None
+        raise anyio.BrokenResourceError from exc
+    arrived = None
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == RECEIVE_STAMP and len(payload) >= _STAMP.size:
+            seconds, nanoseconds = _STAMP.unpack_from(payload)
+            arrived = seconds + nanoseconds / 1e9
+    if not data:
+        raise anyio.EndOfStream
+    return data, arrived
 
 
 def _reason(exc: OSError) -> OSError:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from ._clients import DEFAULT_USER_AGENT
 from ._config import CrawlConfig, CrawlOptions
-from ._events import Committing, FetchError, PageRead, Retry
+from ._events import Committing, FetchError, PageRead, Response, Retry
 from ._fetch import Fetcher
 from ._frontier import FrontierLost, StoreRuntime
 from ._handler import Page, check_handler, run_handler
@@ -430,7 +430,11 @@ class CrawlerBase(abc.ABC):
             unanswered = Unanswered()
             try:
                 outcome = await self._attempt(client, request, on_sent, may_send, unanswered)
-                ended = answered = self._now()  # its last byte or failure
+                ended = answered = self._now()  # its last byte or failure, as read
+                if isinstance(outcome, Response) and outcome.arrived is not None:
+                    # As it reached this machine: a process busy with other hosts' pages
+                    # reads it late, and the host's delay would carry that lateness.
+                    answered = min(answered, outcome.arrived)
                 if unanswered.parked and not self._stopping:
                     # Timed out with the request written and no answer: the server may still
                     # be working on it, so its origin gets nothing more from this worker

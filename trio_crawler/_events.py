@@ -129,6 +129,10 @@ class Response:
         headers: Every response header, case-insensitive (the HTTP library's own mapping,
             handed over as it is, for the page handler); the core reads none of it.
         exchange: The attempt as sent and received, when the crawl archives them.
+        arrived: When the answer's last bytes reached this machine, on the engine's
+            clock, where the transport knows it from the kernel (the crawler's own, on
+            Trio, on Linux), else None: the moment a host's delay runs from with one
+            request at a time, which a process busy with other pages reads later.
     """
 
     status: int
@@ -141,6 +145,7 @@ class Response:
     x_robots_tags: tuple[str, ...] = ()
     headers: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
     exchange: Exchange | None = field(default=None, repr=False, compare=False)
+    arrived: float | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

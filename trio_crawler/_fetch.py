@@ -70,7 +70,7 @@ from ._connections import CrawlConnections
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._sitemaps import MAX_SITEMAP_BYTES
-from ._transport import HEAD_STARTED, HEAD_WRITTEN, UNANSWERED
+from ._transport import ANSWER_ARRIVED, HEAD_STARTED, HEAD_WRITTEN, UNANSWERED
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -227,6 +227,7 @@ async def fetch(
                 else (),
                 headers=response.headers,
                 exchange=_exchange(url, client, response, raw_chunks, None, robots, cut=cut),
+                arrived=response.extensions.get(ANSWER_ARRIVED),
             )
     except RequestWithdrawn:
         return FetchError(error="not sent: its origin must wait", retryable=True, withdrawn=True)

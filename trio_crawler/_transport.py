@@ -37,6 +37,12 @@ waits idle for the origin's next request), and ``http11.send_request_headers.com
 (:data:`HEAD_WRITTEN`), from which a host's delay runs (docs/manners.md, "When the delay's
 clock starts").
 
+On Linux, on Trio's real clock, a plain connection's reads also bring the kernel's
+receive time of what they return (``_connections.receive_stamped``), and a response read
+to its end carries, as its :data:`ANSWER_ARRIVED` extension, when its last bytes reached
+the machine: with one request at a time, a host's delay runs from then, not from when a
+busy process got to read them (docs/manners.md, "When the delay's clock starts").
+
 What it does not do: HTTP/2, proxies (the crawler uses httpx's own transport when the
 environment names a proxy), request bodies other than bytes (the crawler sends GETs).
 Timeouts are the engine's: a cancel scope bounds each attempt, and a cancellation at any
@@ -66,13 +72,14 @@ import functools
 import os
 import select
 import ssl
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import anyio.streams.tls
 
-from ._connections import CrawlConnections, open_connection
+from ._connections import CrawlConnections, open_connection, receive_stamped, stamped_reader
 from ._http11 import (
     CLOSED,
     END,
@@ -111,6 +118,10 @@ DEFAULT_PORTS = {b"http": 80, b"https": 443, "http": 80, "https": 443}
 # it is, which this transport sends under the same names.
 HEAD_STARTED = "http11.send_request_headers.started"
 HEAD_WRITTEN = "http11.send_request_headers.complete"
+# The response extension that says when the answer's last bytes reached this machine, on
+# the event loop's clock, where the kernel stamps the connection's reads (see
+# ``_connections.receive_stamped``); absent elsewhere.
+ANSWER_ARRIVED = "trio_crawler.answer_arrived"
 # The request extension that takes an :class:`Unanswered`: where a request cut short after
 # it was written, with no answer yet, leaves its connection (see the module docstring).
 UNANSWERED = "trio_crawler.unanswered"
@@ -138,7 +149,17 @@ def made_context(context: TLSContext) -> ssl.SSLContext:
 class _Connection:
     """One HTTP/1.1 connection: a byte stream and the reader of its responses."""
 
-    __slots__ = ("answered", "idle_until", "keep_for", "reader", "socket", "stream")
+    __slots__ = (
+        "answered",
+        "arrived",
+        "idle_until",
+        "keep_for",
+        "reader",
+        "socket",
+        "stamped",
+        "stream",
+        "written_at",
+    )
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
@@ -152,6 +173,13 @@ class _Connection:
         # when, on the event loop's clock, this connection stops being worth reusing.
         self.keep_for: float | None = None
         self.idle_until: float | None = None
+        # Where the kernel stamps what this connection receives (Linux, on Trio's clock):
+        # the socket read with recvmsg, when the newest bytes read arrived (time.time()'s
+        # clock, or None until a read says), and when the request was written (the
+        # loop's clock), before which no answer can have come.
+        self.stamped = stamped_reader(stream, self.socket)
+        self.arrived: float | None = None
+        self.written_at = 0.0
 
     async def next_event(self) -> Event:
         reader = self.reader
@@ -160,12 +188,29 @@ class _Connection:
             if event is not NEED_DATA:
                 return event
             try:
-                data = await self.stream.receive(READ_SIZE)
+                if self.stamped is None:
+                    data = await self.stream.receive(READ_SIZE)
+                else:
+                    data, arrived = await receive_stamped(self.stamped, READ_SIZE)
+                    if arrived is not None:
+                        self.arrived = arrived
             except anyio.EndOfStream:
                 data = b""
             else:
                 self.answered = True
             reader.receive_data(data)
+
+    def answer_arrival(self) -> float | None:
+        """When the bytes read last reached this machine, on the event loop's clock: now,
+        less how long ago the kernel received them, and never before the request was
+        written (a wall clock stepped forward meanwhile cannot move it earlier than
+        that). None where the kernel does not stamp this connection's reads."""
+        arrived = self.arrived
+        if arrived is None:
+            return None
+        now = anyio.current_time()
+        lag = time.time() - arrived
+        return now if lag <= 0 else max(self.written_at, now - lag)
 
     async def close(self) -> None:
         """Close without waiting on the peer.
@@ -252,6 +297,9 @@ def lean_transport_class(
             self._transport = transport
             self._key = key
             self._connection: _Connection | None = connection
+            # The response's own extensions (httpx copies the ones it is given), where the
+            # answer's arrival goes once the body has been read to its end.
+            self.extensions: dict[str, Any] | None = None
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             connection = self._connection
@@ -263,6 +311,9 @@ def lean_transport_class(
                     if event.__class__ is bytes:
                         yield event
                     elif event is END:
+                        arrival = connection.answer_arrival()
+                        if arrival is not None and self.extensions is not None:
+                            self.extensions[ANSWER_ARRIVED] = arrival
                         break
                     else:  # never: the reader gives a head only once
                         raise library.RemoteProtocolError(f"unexpected {event!r}")
@@ -397,6 +448,7 @@ def lean_transport_class(
             told to wait while the connection was made), and the head written, the moment a
             host's delay runs from."""
             connection.answered = False
+            connection.arrived = None
             written = False
             if trace is not None:
                 try:
@@ -416,6 +468,8 @@ def lean_transport_class(
                     head, keep_alive = request_head(method, target, headers, body)
                     await connection.stream.send(head + body if body else head)
                     written = True
+                    if connection.stamped is not None:
+                        connection.written_at = anyio.current_time()
                 except LocalProtocolError as exc:
                     raise library.LocalProtocolError(str(exc)) from exc
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
@@ -440,15 +494,18 @@ def lean_transport_class(
                 await _close(connection)
                 raise
             connection.keep_for = _keep_alive_timeout(event.headers)
+            body_stream = LeanBody(self, key, connection)
             response: httpx.Response = library.Response(
                 status_code=event.status_code,
                 headers=event.headers,
-                stream=LeanBody(self, key, connection),
+                stream=body_stream,
                 extensions={
                     "http_version": b"HTTP/" + event.http_version,
                     "reason_phrase": event.reason,
                 },
             )
+            if connection.stamped is not None:
+                body_stream.extensions = response.extensions
             return response
 
         async def aclose(self) -> None:

@@ -760,6 +760,7 @@ TIME_HEADERS = [
     "first request to last host's first s",
     "median page gap s",
     "p90 page gap s",
+    "a host's gaps past D in all, median s",
     "spread of the last round s",
     "last request to exit s",
     "wall s",
@@ -806,8 +807,9 @@ def wall_summary(walls: dict[str, list[float]]) -> str:
 def time_row(label: str, run: ToolRun) -> list[object]:
     """Where ``run``'s wall time went, from the log's times: a polite crawl ends no sooner
     than P x D after its last host's first request, so the wall time is the start, the
-    spread of the first requests, P gaps of at least D, and the exit; the last round's
-    spread shows how much later than the first host the last one was served by then."""
+    spread of the first requests, P gaps of at least D, and the exit; what a host's gaps
+    came to past D in all is what its last request carries, and the last round's spread
+    shows how much later than the first host the last one was served by then."""
     metrics = run.metrics
     if not metrics.requests or not run.started_at:
         return [label, *["-"] * (len(TIME_HEADERS) - 1)]
@@ -821,6 +823,7 @@ def time_row(label: str, run: ToolRun) -> list[object]:
         f"{metrics.last_host_start - metrics.first_start:.2f}",
         gap(metrics.median_page_gap),
         gap(metrics.p90_page_gap),
+        gap(metrics.median_host_lateness),
         f"{metrics.last_round_spread:.2f}",
         f"{run.started_at + run.wall_s - metrics.last_end:.2f}",
         f"{run.wall_s:.1f}",
@@ -1129,7 +1132,8 @@ def compare(args: argparse.Namespace, setup: Setup, work: Path) -> str:
         "",
         "Where the wall time went, from nginx's log and each tool's start and exit: the first "
         "request, the last host's first (after the first request), the gaps between two page "
-        "requests to one host, how far apart the hosts' last round of requests was (each "
+        "requests to one host, by how much a host's requests went later than a delay apart "
+        "in all (the median host), how far apart the hosts' last round of requests was (each "
         "host's n-th, n the fewest any host had), and the last request's end to the exit.",
         "",
         markdown_table(TIME_HEADERS, time_rows),

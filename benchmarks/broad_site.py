@@ -299,6 +299,10 @@ class BroadMetrics:
         median_page_gap: The median gap between two page requests to one host (None if
             no host had two), and ``p90_page_gap`` its 90th percentile (nearest rank): how
             far past the delay a host's next page goes, on average and at worst.
+        median_host_lateness: Each reached host's gaps past the delay, summed over its
+            requests (robots.txt included), and the median of that over the hosts: how
+            much later than a delay apart a host's requests went in all, which its last
+            request, and so the crawl's end, carries (None if no host had two requests).
         last_round_spread: From the first to the last start of the hosts' n-th requests,
             n the fewest requests any of the site's hosts had (0.0 if none had one): how
             far apart the hosts drifted by the end. Each host's next request goes a delay
@@ -322,6 +326,7 @@ class BroadMetrics:
     last_host_start: float = 0.0
     median_page_gap: float | None = None
     p90_page_gap: float | None = None
+    median_host_lateness: float | None = None
     last_round_spread: float = 0.0
 
 
@@ -357,13 +362,18 @@ def measure(
     page_gaps: list[float] = []
     min_gap: float | None = None
     max_in_flight = 0
-    for host_requests in by_host.values():
+    lateness: list[float] = []
+    for host, host_requests in by_host.items():
         host_requests.sort(key=lambda request: (request.start, request.end))
         starts = [request.start for request in host_requests]
+        late = 0.0
         for before, after in itertools.pairwise(starts):
             gap = round(after - before, 3)
             min_gap = gap if min_gap is None else min(min_gap, gap)
             short_gaps += gap < limit
+            late += gap - delay
+        if host in known and len(starts) > 1:
+            lateness.append(late)
         page_starts = [r.start for r in host_requests if r.uri != "/robots.txt"]
         page_gaps += (round(after - before, 3) for before, after in itertools.pairwise(page_starts))
         max_in_flight = max(max_in_flight, in_flight(host_requests))
@@ -385,6 +395,7 @@ def measure(
         ),
         median_page_gap=statistics.median(page_gaps) if page_gaps else None,
         p90_page_gap=sorted(page_gaps)[math.ceil(0.9 * len(page_gaps)) - 1] if page_gaps else None,
+        median_host_lateness=round(statistics.median(lateness), 3) if lateness else None,
         last_round_spread=_last_round_spread([by_host[host] for host in known if host in by_host]),
     )
 

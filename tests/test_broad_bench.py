@@ -221,6 +221,9 @@ def test_measure_says_when_the_last_host_was_first_reached() -> None:
     # Every reached host had two requests: the second of each, 101.010 and 101.400.
     assert metrics.last_round_spread == pytest.approx(0.39)
     assert measure([], hosts=[a], pages_per_host=2, delay=1.0).last_round_spread == 0.0
+    # a: 1.010 and 1.020 s apart, 0.03 s past the delay in all; b: 1.000, none.
+    assert metrics.median_host_lateness == pytest.approx(0.015)
+    assert measure([], hosts=[a], pages_per_host=2, delay=1.0).median_host_lateness is None
 
 
 def test_in_flight_counts_overlapping_connections_not_one_connection_reused() -> None:
@@ -272,7 +275,7 @@ def test_the_time_table_splits_a_crawls_wall_time_by_the_log() -> None:
     run = ToolRun(tool="ours", costs=[], wall_s=2.63, metrics=metrics, started_at=99.5)
     row = time_row("ours", run)
     assert len(row) == len(TIME_HEADERS)
-    assert row == ["ours", "0.50", "0.40", "1.020", "1.020", "0.39", "0.10", "2.6"]
+    assert row == ["ours", "0.50", "0.40", "1.020", "1.020", "0.015", "0.39", "0.10", "2.6"]
     # A run with no request (or no start time) says nothing rather than nonsense.
     empty = measure([], hosts=[a], pages_per_host=2, delay=1.0)
     assert time_row("x", ToolRun(tool="ours", costs=[], wall_s=1.0, metrics=empty))[1:] == ["-"] * (

@@ -41,12 +41,16 @@ class ThreadServer:
 
     routes: dict[str, Route]
     listener: socket.socket = field(init=False)
+    # Read once: the URL is still asked for once the listener is closed.
+    address: tuple[str, int] = field(init=False)
     arrivals: list[tuple[float, str]] = field(default_factory=list)
     held: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
 
-    address: tuple[str, int] = ("127.0.0.1", 0)
+    def __post_init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = self.listener.getsockname()[:2]
 
     def url(self, path: str = "/") -> str:
         host, port = self.address
@@ -111,8 +115,6 @@ def busy_for(seconds: float) -> None:
 def thread_server(routes: dict[str, Route]) -> Iterator[ThreadServer]:
     """A :class:`ThreadServer` on 127.0.0.1, stopped (and its thread joined) on exit."""
     server = ThreadServer(routes)
-    server.listener = socket.create_server(("127.0.0.1", 0))
-    server.address = server.listener.getsockname()[:2]
     thread = threading.Thread(target=server.serve, name="thread-server", daemon=True)
     thread.start()
     try:

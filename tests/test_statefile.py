@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import random
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,11 +27,12 @@ from stores import manual_runtime
 
 from trio_crawler._config import CrawlConfig
 from trio_crawler._events import Committing, FetchError, FetchRequest, Outcome, Response
+from trio_crawler._report import Listing, sorted_by_url, url_line
 from trio_crawler._robots import ROBOTS_MAX_AGE
 from trio_crawler._state import CrawlState
 from trio_crawler._statefile import StateFile
 from trio_crawler._statefile_checks import StateFileError
-from trio_crawler._statefile_rows import SCHEMA_VERSION
+from trio_crawler._statefile_rows import SCHEMA_VERSION, record_from_line
 from trio_crawler._stats import FetchStatistic, count_records
 from trio_crawler._store_sqlite import NOTE_INTERVAL, StoredFrontier, open_state_store
 from trio_crawler.engine_trio import Crawler
@@ -531,27 +534,119 @@ def test_damaged_rows_are_skipped_not_fatal(
     store.close()
 
 
+def listed(store: StoredFrontier) -> tuple[list[str], Counter[str]]:
+    """The report's part of a state file: its lines, and the counters once read."""
+    listing = store.listing()
+    lines = list(listing.lines)
+    return lines, listing.counters
+
+
+def rebuilt(store: StoredFrontier) -> tuple[list[str], Counter[str]]:
+    """The same, made from the records as the report of a crawl in memory makes it."""
+    listing = Listing.of(sorted_by_url(store.records()))
+    lines = list(listing.lines)
+    return lines, listing.counters
+
+
 @settings(max_examples=40, deadline=None)
-@given(urls=st.lists(st.text(min_size=1, max_size=12), unique=True, max_size=30))
-def test_records_by_url_come_in_the_order_python_sorts_them(
-    tmp_path_factory: pytest.TempPathFactory, urls: list[str]
+@given(
+    urls=st.lists(st.text(min_size=1, max_size=12), unique=True, max_size=30),
+    with_lines=st.lists(st.booleans(), min_size=30, max_size=30),
+)
+def test_the_listing_comes_in_the_order_python_sorts_urls(
+    tmp_path_factory: pytest.TempPathFactory, urls: list[str], with_lines: list[bool]
 ) -> None:
-    """The report reads a state file's records as SQLite sorts them; that must be the
+    """The report lists a state file's records as SQLite sorts them; that must be the
     order ``sorted()`` gives, whatever the text (non-ASCII and astral characters too),
-    with a row that is no record skipped wherever it falls."""
+    whether a record's line is kept beside it or read from its JSON (a record from before
+    the listing), with a row that is no record skipped wherever it falls."""
     path = tmp_path_factory.mktemp("by-url") / "crawl.db"
     _, store = open_crawl(path)
     store.close()
     db = sqlite3.connect(path)
-    rows = [(FetchStatistic(url=url, status=200).to_json(),) for url in urls]
+    records = [FetchStatistic(url=url, status=200, size=len(url)) for url in urls]
+    rows = [(record.to_json(),) for record in records]
     rows.insert(len(rows) // 2, ("not json",))
     db.executemany("INSERT INTO records (pass, failed, json) VALUES (1, 0, ?)", rows)
+    for record_id, line in list(db.execute("SELECT id, json FROM records")):
+        record = record_from_line(line)
+        if record is not None and with_lines[record_id % len(with_lines)]:
+            db.execute(
+                "INSERT INTO listing VALUES (?, ?, ?, ?)",
+                (record_id, record.url, url_line(record), json.dumps(count_records([record]))),
+            )
     db.commit()
     db.close()
     _, store = open_crawl(path)
     try:
-        assert [record.url for record in store.records(by_url=True)] == sorted(urls)
+        lines, counters = listed(store)
+        assert lines == [url_line(record) for record in sorted_by_url(records)]
+        assert counters == count_records(records)
         assert [record.url for record in store.records()] == urls
+    finally:
+        store.close()
+
+
+def test_a_crawl_keeps_each_records_line_and_the_report_reads_them(tmp_path: Path) -> None:
+    """Every record a crawl commits gets its report line and counters beside it, and the
+    report read from them is the one the records make: every kind of record, a damaged
+    record skipped, a damaged line read from its record instead, and the records of a
+    file from before the listing table (opening it adds the table; its records have no
+    lines)."""
+    path = tmp_path / "crawl.db"
+    state, store = open_crawl(path, max_tries=1)
+    outcomes: dict[str, Outcome] = {
+        ROOT: html([1, 2, 3, 4]),
+        "http://site.test/1": Response(status=404, body=b"gone"),
+        "http://site.test/2": FetchError(error="ConnectError: refused", retryable=True),
+        "http://site.test/3": Response(status=302, location="/0"),
+        "http://site.test/4": Response(status=200, content_type="image/png", body=b"png"),
+    }
+    for _ in range(3):
+        store.commit_waiting()
+        request = state.next_request(now=0.0)
+        assert request is not None
+        state.attempt_started(request, now=0.0)
+        state.attempt_finished(request, outcomes[request.url], now=0.0)
+    store.commit_waiting()
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM listing").fetchone() == (3,)
+    db.execute("DROP TABLE listing")  # as a file from before it
+    db.execute("INSERT INTO records (pass, failed, json) VALUES (1, 0, 'not json')")
+    db.commit()
+    db.close()
+
+    state, store = open_crawl(path, max_tries=1)
+    store.commit_waiting()
+    while (request := state.next_request(now=0.0)) is not None:
+        state.attempt_started(request, now=0.0)
+        state.attempt_finished(request, outcomes[request.url], now=0.0)
+        store.commit_waiting()
+    assert state.finished
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM listing").fetchone() == (2,)
+    db.close()
+    _, store = open_crawl(path)
+    try:
+        lines, counters = listed(store)
+        assert (lines, counters) == rebuilt(store)
+        assert len(lines) == 5
+        assert {"html", "error", "fail", "redirect", "other"} <= set(counters)
+    finally:
+        store.close()
+
+    db = sqlite3.connect(path)
+    db.execute(
+        "UPDATE listing SET counts = 'not json' WHERE record = (SELECT min(record) FROM listing)"
+    )
+    db.execute("UPDATE listing SET line = X'00' WHERE record = (SELECT max(record) FROM listing)")
+    db.commit()
+    db.close()
+    _, store = open_crawl(path)
+    try:
+        assert listed(store) == rebuilt(store)
     finally:
         store.close()
 
@@ -560,11 +655,11 @@ def test_records_of_a_file_gone_since_are_one_error(
     finished_state: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The report reads the records after the crawl closed the file; a file removed by
-    then is an error logged, and no records, not a traceback at the report."""
+    then is an error logged, and no lines, not a traceback at the report."""
     _, store = open_crawl(finished_state)
     store.close()
     finished_state.unlink()
-    assert list(store.records(by_url=True)) == []
+    assert listed(store) == ([], Counter())
     assert f"cannot read the records in the state file {finished_state}" in caplog.text
 
 

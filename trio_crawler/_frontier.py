@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from ._events import RobotsRequest
     from ._output import ArchiveOutput, RecordOutput
+    from ._report import Listing
     from ._robots import RobotsRules
     from ._stats import FetchStatistic, Stamp
 
@@ -518,10 +519,17 @@ class StoreShell(Protocol):
         """
         ...
 
-    def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic] | None:
-        """The crawl's records, if the store keeps them, in the order made or ``by_url``
-        (sorted by URL, for the report); None when the core's in-memory list is the
-        record. Read after the crawl, one at a time: a long crawl's do not fit in memory.
+    def records(self) -> Iterator[FetchStatistic] | None:
+        """The crawl's records, if the store keeps them, in the order made; None when the
+        core's in-memory list is the record. Read after the crawl, one at a time: a long
+        crawl's do not fit in memory.
+        """
+        ...
+
+    def listing(self) -> Listing | None:
+        """The report's lines of :meth:`records`, in URL order, and their counters, if the
+        store keeps them; None when the report is made from the core's list. Read after
+        the crawl, one line at a time.
         """
         ...
 

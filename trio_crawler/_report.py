@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ._stats import FetchStatistic, count_record
@@ -28,6 +29,33 @@ def url_line(stat: FetchStatistic) -> str:
     if kind == "html":
         line += f" {stat.num_new_urls}/{stat.num_urls}"
     return line
+
+
+@dataclass
+class Listing:
+    """The report's URL lines, made already, with the counters of the records they list.
+
+    A state file keeps each record's line and counters beside its JSON, so that the report
+    at the end of a long crawl reads them rather than rebuilding every record (see
+    :meth:`trio_crawler._statefile.StateFile.listing`). ``lines`` (without newlines, in
+    URL order) are read once; ``counters`` holds every record's once they have been.
+    """
+
+    lines: Iterable[str]
+    counters: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, by_url: Iterable[FetchStatistic]) -> Listing:
+        """The listing of records read one at a time (held in memory, or read back)."""
+        listing = cls(())
+        listing.lines = _lines_counted(by_url, listing.counters)
+        return listing
+
+
+def _lines_counted(by_url: Iterable[FetchStatistic], counters: Counter[str]) -> Iterator[str]:
+    for stat in by_url:
+        count_record(counters, stat)
+        yield url_line(stat)
 
 
 def format_report(
@@ -65,7 +93,7 @@ def sorted_by_url(records: Iterable[FetchStatistic]) -> list[FetchStatistic]:
 
 
 def report_lines(
-    by_url: Iterable[FetchStatistic],
+    by_url: Iterable[FetchStatistic] | Listing,
     *,
     elapsed: float,
     max_tasks: int,
@@ -83,7 +111,8 @@ def report_lines(
     takes no more memory than one of ten.
 
     Args:
-        by_url: Every record of the crawl, sorted by URL (the order they are listed in).
+        by_url: Every record of the crawl, sorted by URL (the order they are listed in),
+            or their :class:`Listing`.
         elapsed: Seconds the crawl ran.
         max_tasks: The crawl's worker count, for the urls/sec/task figure.
         todo: URLs queued or in flight when the crawl ended.
@@ -98,12 +127,12 @@ def report_lines(
             the records made in the ``elapsed`` seconds of this run.
     """
     yield "*** Report ***\n"
-    counters: Counter[str] = Counter()
+    listing = by_url if isinstance(by_url, Listing) else Listing.of(by_url)
     listed = 0
-    for stat in by_url:
-        count_record(counters, stat)
+    for line in listing.lines:
         listed += 1
-        yield url_line(stat) + "\n"
+        yield line + "\n"
+    counters = Counter(listing.counters)
     made = listed if made is None else made
     speed = made / elapsed / max_tasks if elapsed > 0 and max_tasks else 0.0
     yield (

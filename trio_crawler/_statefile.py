@@ -42,11 +42,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._frontier import Completion, Resumed, Settled
+from ._report import url_line
 from ._statefile_checks import StateFileError, check_header, check_layout, other_crawl
 from ._statefile_rows import (
     APPLICATION_ID,
     DISALLOWED,
     DONE,
+    LISTING,
     ORIGIN_SQL,
     QUEUED,
     QUEUED_BY_ORIGIN,
@@ -55,12 +57,29 @@ from ._statefile_rows import (
     OriginNote,
     origin_sql,
 )
-from ._stats import FetchStatistic
+from ._stats import FetchStatistic, count_record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 LOGGER = logging.getLogger("trio_crawler")
+
+# Whether a record's row in ``listing`` (l) is one this layout writes, for the report to
+# take its line and counters; a damaged one is listed from the record's JSON instead.
+_LISTED = (
+    "(typeof(l.url) = 'text' AND typeof(l.line) = 'text'"
+    " AND json_valid(l.counts) AND json_type(l.counts) = 'object')"
+)
+
+
+# A record's URL, read from its JSON; NULL for a row whose JSON is not valid.
+_URL_OF_JSON = "CASE WHEN json_valid(json) THEN json_extract(json, '$.url') END"
+
+
+def _has_listing(db: sqlite3.Connection) -> bool:
+    found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'listing'")
+    return found.fetchone() is not None
+
 
 # Links known to be in the file, kept in memory so that the links a page shares with many
 # others (navigation, mostly) are not looked up in the file again and again. Measured on
@@ -140,8 +159,9 @@ class StateFile:
                 self._check(roots)  # before anything is written, WAL mode included
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            if not new:
-                self._db.execute(QUEUED_BY_ORIGIN)  # a file from before the index
+            if not new:  # a file from before the index, or the listing
+                self._db.execute(QUEUED_BY_ORIGIN)
+                self._db.execute(LISTING)
         except sqlite3.Error as exc:
             self.close()
             raise StateFileError(path, f"cannot use it as a state file ({exc})") from None
@@ -192,7 +212,12 @@ class StateFile:
             self._db.executescript(
                 "BEGIN IMMEDIATE;"
                 f"PRAGMA application_id={APPLICATION_ID};"
-                f"PRAGMA user_version={SCHEMA_VERSION};" + SCHEMA + QUEUED_BY_ORIGIN + ";"
+                f"PRAGMA user_version={SCHEMA_VERSION};"
+                + SCHEMA
+                + QUEUED_BY_ORIGIN
+                + ";"
+                + LISTING
+                + ";"
             )
             self._set("roots", json.dumps(list(roots)))
             self._set("options", json.dumps(dict(options), sort_keys=True, default=str))
@@ -255,25 +280,58 @@ class StateFile:
         )
         return [OriginNote(*row) for row in rows]
 
-    def records(self, after: int = 0, *, by_url: bool = False) -> Iterator[tuple[int, str]]:
+    def records(self, after: int = 0) -> Iterator[tuple[int, str]]:
         """This pass's records (id, JSON line) after record ``after``, in the order made,
-        or ``by_url``, sorted by their URL.
+        read one at a time, however many there are."""
+        with self._reading() as db:
+            yield from db.execute(
+                "SELECT id, json FROM records WHERE pass = ? AND id > ? ORDER BY id",
+                (self.pass_number, after),
+            )
+
+    def listing(self) -> Iterator[tuple[int, str | None, str | None]]:
+        """This pass's records sorted by URL, for the report, each as (id, its line, None),
+        or as (id, None, its JSON) where the file has no line for it (see
+        :data:`~trio_crawler._statefile_rows.LISTING`): :meth:`listed_counts` counts the
+        former, and the caller the latter, from their JSON.
 
         SQLite sorts them (in its own bounded memory, spilling to a temporary file), and
         the rows are read one at a time, however many there are. Its BINARY collation
         compares UTF-8 bytes, which orders text as Python orders ``str``. A row whose JSON
         is not valid sorts first (its URL unknown); the caller skips it.
         """
-        order = (
-            "CASE WHEN json_valid(json) THEN json_extract(json, '$.url') END, id"
-            if by_url
-            else "id"
-        )
         with self._reading() as db:
-            yield from db.execute(
-                f"SELECT id, json FROM records WHERE pass = ? AND id > ? ORDER BY {order}",
-                (self.pass_number, after),
-            )
+            if _has_listing(db):
+                query = (
+                    f"SELECT r.id, CASE WHEN {_LISTED} THEN l.line END,"
+                    f" CASE WHEN {_LISTED} THEN NULL ELSE r.json END"
+                    " FROM records AS r LEFT JOIN listing AS l ON l.record = r.id"
+                    f" WHERE r.pass = ? ORDER BY CASE WHEN {_LISTED} THEN l.url"
+                    f" ELSE {_URL_OF_JSON} END, r.id"
+                )
+            else:  # a file no crawl of this version has opened
+                query = (
+                    f"SELECT id, NULL, json FROM records WHERE pass = ? ORDER BY {_URL_OF_JSON}, id"
+                )
+            yield from db.execute(query, (self.pass_number,))
+
+    def listed_counts(self) -> Counter[str]:
+        """The counters of the records that :meth:`listing` gives as lines."""
+        counts: Counter[str] = Counter()
+        with self._reading() as db:
+            if _has_listing(db):
+                counts.update(
+                    dict(
+                        db.execute(
+                            "SELECT j.key, sum(j.value) FROM records AS r"
+                            " JOIN listing AS l ON l.record = r.id, json_each(l.counts) AS j"
+                            f" WHERE r.pass = ? AND {_LISTED} AND j.type = 'integer'"
+                            " GROUP BY j.key",
+                            (self.pass_number,),
+                        )
+                    )
+                )
+        return counts
 
     def items(self, after: int = 0) -> Iterator[tuple[int, str]]:
         """This pass's items (record id, the page's lines joined by newlines) after record
@@ -407,6 +465,7 @@ class StateFile:
             records: list[tuple[int, str]] = []
             done: list[str] = []
             record_rows: list[list[Any]] = []
+            listed: list[list[Any]] = []
             item_rows: list[list[Any]] = []
             pages: list[list[Any]] = []
             new_rows = 0
@@ -431,6 +490,9 @@ class StateFile:
                     [self._next_record, pass_number, record.exception is not None, line]
                 )
                 records.append((self._next_record, line))
+                counts: Counter[str] = Counter()
+                count_record(counts, record)
+                listed.append([self._next_record, record.url, url_line(record), counts])
                 if completion.items:
                     item_rows.append([self._next_record, "\n".join(completion.items)])
                 if completion.links is not None:
@@ -454,6 +516,13 @@ class StateFile:
                     " json_extract(value, '$[1]'), json_extract(value, '$[2]'),"
                     " json_extract(value, '$[3]') FROM json_each(?)",
                     (json.dumps(record_rows),),
+                )
+            if listed:
+                db.execute(
+                    "INSERT INTO listing SELECT json_extract(value, '$[0]'),"
+                    " json_extract(value, '$[1]'), json_extract(value, '$[2]'),"
+                    " json_extract(value, '$[3]') FROM json_each(?)",
+                    (json.dumps(listed),),
                 )
             if item_rows:
                 db.execute(

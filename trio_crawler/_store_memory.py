@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._events import FetchRequest, RobotsRequest
     from ._frontier import StoreRuntime
     from ._output import ArchiveOutput, RecordOutput
+    from ._report import Listing
     from ._robots import RobotsRules
     from ._stats import FetchStatistic
 
@@ -242,7 +243,10 @@ class MemoryFrontier:
     async def settle(self, request: FetchRequest) -> None:
         return
 
-    def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic] | None:
+    def records(self) -> Iterator[FetchStatistic] | None:
+        return None
+
+    def listing(self) -> Listing | None:
         return None
 
     def report_notes(self) -> list[str]:

@@ -105,6 +105,7 @@ if TYPE_CHECKING:
     from ._config import CrawlConfig
     from ._frontier import StoreRuntime
     from ._output import ArchiveOutput, RecordOutput
+    from ._report import Listing
     from ._stats import FetchStatistic
 
 LOGGER = logging.getLogger("trio_crawler")
@@ -805,7 +806,10 @@ class RedisFrontier:
         """None: each process's report and outputs hold the records it makes."""
         return None
 
-    def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic] | None:
+    def records(self) -> Iterator[FetchStatistic] | None:
+        return None
+
+    def listing(self) -> Listing | None:
         return None
 
     def attach_output(self, output: RecordOutput) -> None:

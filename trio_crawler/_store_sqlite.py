@@ -55,12 +55,15 @@ from ._frontier import (
     Taken,
 )
 from ._pace import Pace
+from ._report import Listing, url_line
 from ._robots import RobotsRules, origin_of
 from ._scheduler import OriginScheduler
 from ._statefile import Batch, Committed, StateFile
 from ._statefile_rows import OriginNote, items_from_text, record_from_line, request_from_row
+from ._stats import count_record
 
 if TYPE_CHECKING:
+    from collections import Counter
     from collections.abc import AsyncIterator, Callable, Iterator
 
     from ._config import CrawlConfig
@@ -417,7 +420,7 @@ class StoredFrontier:
             return True
         return not starved and runtime.clock() >= self._notes_due
 
-    def records(self, *, by_url: bool = False) -> Iterator[FetchStatistic]:
+    def records(self) -> Iterator[FetchStatistic]:
         """This pass's records, read from the file one at a time; a row that is not one is
         logged and skipped (the file is checked as SQLite when opened, not row by row).
 
@@ -426,12 +429,37 @@ class StoredFrontier:
         a traceback.
         """
         try:
-            for record_id, line in self.file.records(by_url=by_url):
+            for record_id, line in self.file.records():
                 record = record_from_line(line)
                 if record is None:
                     LOGGER.warning("state file: record %d is not a record; skipped", record_id)
                 else:
                     yield record
+        except sqlite3.Error as exc:
+            LOGGER.error("cannot read the records in the state file %s: %s", self.file.path, exc)
+
+    def listing(self) -> Listing:
+        """This pass's report lines, as the file keeps them, in URL order; a record the
+        file has no line for is read from its JSON (one that is not a record is logged and
+        skipped, as by :meth:`records`). The counters are the file's sum of the lines',
+        read after them, plus those of the records read from JSON."""
+        listing = Listing(())
+        listing.lines = self._listed_lines(listing.counters)
+        return listing
+
+    def _listed_lines(self, counters: Counter[str]) -> Iterator[str]:
+        try:
+            for record_id, line, text in self.file.listing():
+                if line is not None:
+                    yield line
+                    continue
+                record = record_from_line(text)
+                if record is None:
+                    LOGGER.warning("state file: record %d is not a record; skipped", record_id)
+                else:
+                    count_record(counters, record)
+                    yield url_line(record)
+            counters.update(self.file.listed_counts())
         except sqlite3.Error as exc:
             LOGGER.error("cannot read the records in the state file %s: %s", self.file.path, exc)
 

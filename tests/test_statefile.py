@@ -56,6 +56,23 @@ def open_crawl(path: Path, **options: Any) -> tuple[CrawlState, StoredFrontier]:
     return state, store
 
 
+def answer_by_hand(
+    state: CrawlState, store: StoredFrontier, outcomes: dict[str, Outcome], count: int = -1
+) -> None:
+    """Fetch ``count`` URLs by hand (every one that comes, if negative), each answered as
+    ``outcomes`` says, with a transaction before each and after the last."""
+    while count != 0:
+        store.commit_waiting()
+        request = state.next_request(now=0.0)
+        if request is None:
+            assert count < 0, "fewer URLs came than asked for"
+            return
+        state.attempt_started(request, now=0.0)
+        state.attempt_finished(request, outcomes[request.url], now=0.0)
+        count -= 1
+    store.commit_waiting()
+
+
 def html(links: list[int]) -> Response:
     body = "".join(f'<a href="/{link}">x</a>' for link in links).encode()
     return Response(status=200, content_type="text/html", body=body)
@@ -101,13 +118,7 @@ def test_a_resumed_crawl_counts_errors_and_failures_as_its_report_does(
         "http://site.test/2": FetchError(error="ConnectError: refused", retryable=True),
         "http://site.test/3": Response(status=302, location="/0"),
     }
-    for _ in outcomes:
-        store.commit_waiting()
-        request = state.next_request(now=0.0)
-        assert request is not None
-        state.attempt_started(request, now=0.0)
-        state.attempt_finished(request, outcomes[request.url], now=0.0)
-    store.commit_waiting()
+    answer_by_hand(state, store, outcomes, len(outcomes))
     assert state.finished
     before = state.statistics()
     store.close()
@@ -602,13 +613,7 @@ def test_a_crawl_keeps_each_records_line_and_the_report_reads_them(tmp_path: Pat
         "http://site.test/3": Response(status=302, location="/0"),
         "http://site.test/4": Response(status=200, content_type="image/png", body=b"png"),
     }
-    for _ in range(3):
-        store.commit_waiting()
-        request = state.next_request(now=0.0)
-        assert request is not None
-        state.attempt_started(request, now=0.0)
-        state.attempt_finished(request, outcomes[request.url], now=0.0)
-    store.commit_waiting()
+    answer_by_hand(state, store, outcomes, 3)
     store.close()
     db = sqlite3.connect(path)
     assert db.execute("SELECT count(*) FROM listing").fetchone() == (3,)
@@ -618,11 +623,7 @@ def test_a_crawl_keeps_each_records_line_and_the_report_reads_them(tmp_path: Pat
     db.close()
 
     state, store = open_crawl(path, max_tries=1)
-    store.commit_waiting()
-    while (request := state.next_request(now=0.0)) is not None:
-        state.attempt_started(request, now=0.0)
-        state.attempt_finished(request, outcomes[request.url], now=0.0)
-        store.commit_waiting()
+    answer_by_hand(state, store, outcomes)
     assert state.finished
     store.close()
     db = sqlite3.connect(path)

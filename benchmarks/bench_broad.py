@@ -39,7 +39,7 @@ The tools, each against a fresh nginx on the same site:
   each ``python -m trio_crawler -q --no-progress --delay D --max-per-host 1 --max-tasks N``
   with the roots in a file (``-i FILE``) when ``--help`` lists ``--input-file``, else as
   arguments (the frontier's joiners get none; they start as the first process has made
-  the crawl, or ``--join-after`` seconds later);
+  the crawl, or ``--join-after`` seconds later, or with it, ``--join-together``);
 * Scrapy with its documented broad-crawl settings, ``DOWNLOAD_DELAY = D``,
   ``CONCURRENT_REQUESTS_PER_DOMAIN = 1`` and ``ROBOTSTXT_OBEY`` (``broad_peers.py``);
 * Crawlee for Python's ``ParselCrawler`` at its defaults (no per-host delay exists in it).
@@ -391,6 +391,9 @@ class Setup:
     # so that their interpreters start during the first process's robots.txt burst, as
     # processes started together would; more shows what that costs.
     join_after: float = 0.0
+    # The joiners start with the first process, before the crawl exists (and wait for it):
+    # their interpreters start during its start, not its burst.
+    join_together: bool = False
     # The delay is each host's robots.txt Crawl-delay, and ours runs without --delay.
     crawl_delay: bool = False
 
@@ -668,7 +671,7 @@ def _crawl_shared(
     threads = [threading.Thread(target=run_one, args=(0,), name="crawler-0")]
     threads[0].start()
     try:
-        deadline = started + _CREATE_TIMEOUT
+        deadline = -math.inf if setup.join_together else started + _CREATE_TIMEOUT
         while threads[0].is_alive() and time.perf_counter() < deadline:
             if connection.command("DBSIZE") > 0:
                 break
@@ -775,6 +778,8 @@ def _row_label(tool: str, run: ToolRun, setup: Setup, *, round_number: int | Non
         label += f", {len(run.costs)} processes"
         if setup.join_after > 0:
             label += f", joined {setup.join_after:g} s after"
+        if setup.join_together:
+            label += ", started together"
     if round_number is not None:
         label += f", round {round_number}"
     return label
@@ -934,6 +939,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="start the --frontier joiners S seconds after the crawl exists (default: at once)",
     )
+    parser.add_argument(
+        "--join-together",
+        action="store_true",
+        help="start the --frontier joiners with the first process, before the crawl exists",
+    )
     scaling = parser.add_argument_group("--mode scaling: this crawler alone")
     scaling.add_argument(
         "--scaling-hosts", type=_hosts_list, default=[100, 1000, 5000], metavar="H,H,..."
@@ -983,6 +993,8 @@ def _check(args: argparse.Namespace) -> None:
         raise BenchmarkError("--delay and --scaling-delay must be > 0")
     if args.max_tasks < 1 or args.processes < 1 or args.rounds < 1:
         raise BenchmarkError("--max-tasks, --processes and --rounds must be >= 1")
+    if args.join_together and args.join_after > 0:
+        raise BenchmarkError("--join-together and --join-after exclude each other")
     if not 0 <= args.join_after < args.timeout:
         raise BenchmarkError("--join-after must be from 0 to less than --timeout")
 
@@ -1025,6 +1037,7 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
             work=work / "runs",
             nofile=args.our_nofile,
             join_after=args.join_after,
+            join_together=args.join_together,
             crawl_delay=args.crawl_delay,
         )
         identity = f"Code under test: {package_identity(package_path)}; {our.versions}."

@@ -47,7 +47,7 @@ from ._cli_args import (
 from ._handler import load_handler
 from ._options import ConfigError
 from ._output import OutputFiles
-from ._report import Listing, report_lines, sorted_by_url
+from ._report import report_lines, sorted_by_url
 from ._stores import check_output, find_stored_options, read_status
 
 if TYPE_CHECKING:
@@ -464,7 +464,7 @@ def _report(crawler: AnyCrawler) -> Iterator[str]:
     rather than all into memory and sorted there."""
     kept = crawler.store.listing()
     return report_lines(
-        Listing.of(sorted_by_url(crawler.done)) if kept is None else kept,
+        sorted_by_url(crawler.done) if kept is None else kept,
         elapsed=crawler.elapsed,
         max_tasks=crawler.max_tasks,
         todo=crawler.statistics().todo,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._stats import FetchStatistic, count_record
@@ -42,14 +42,13 @@ class Listing:
     """
 
     lines: Iterable[str]
-    counters: Counter[str] = field(default_factory=Counter)
+    counters: Counter[str]
 
     @classmethod
     def of(cls, by_url: Iterable[FetchStatistic]) -> Listing:
         """The listing of records read one at a time (held in memory, or read back)."""
-        listing = cls(())
-        listing.lines = _lines_counted(by_url, listing.counters)
-        return listing
+        counters: Counter[str] = Counter()
+        return cls(_lines_counted(by_url, counters), counters)
 
 
 def _lines_counted(by_url: Iterable[FetchStatistic], counters: Counter[str]) -> Iterator[str]:

@@ -76,11 +76,6 @@ _LISTED = (
 _URL_OF_JSON = "CASE WHEN json_valid(json) THEN json_extract(json, '$.url') END"
 
 
-def _has_listing(db: sqlite3.Connection) -> bool:
-    found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'listing'")
-    return found.fetchone() is not None
-
-
 # Links known to be in the file, kept in memory so that the links a page shares with many
 # others (navigation, mostly) are not looked up in the file again and again. Measured on
 # the 10 000-page synthetic site (23 links a page, nearly all seen before): the lookups
@@ -300,38 +295,26 @@ class StateFile:
         compares UTF-8 bytes, which orders text as Python orders ``str``. A row whose JSON
         is not valid sorts first (its URL unknown); the caller skips it.
         """
-        with self._reading() as db:
-            if _has_listing(db):
-                query = (
-                    f"SELECT r.id, CASE WHEN {_LISTED} THEN l.line END,"
-                    f" CASE WHEN {_LISTED} THEN NULL ELSE r.json END"
-                    " FROM records AS r LEFT JOIN listing AS l ON l.record = r.id"
-                    f" WHERE r.pass = ? ORDER BY CASE WHEN {_LISTED} THEN l.url"
-                    f" ELSE {_URL_OF_JSON} END, r.id"
-                )
-            else:  # a file no crawl of this version has opened
-                query = (
-                    f"SELECT id, NULL, json FROM records WHERE pass = ? ORDER BY {_URL_OF_JSON}, id"
-                )
-            yield from db.execute(query, (self.pass_number,))
+        with self._reading() as db:  # the table is there: opening the file made sure
+            yield from db.execute(
+                f"SELECT r.id, CASE WHEN {_LISTED} THEN l.line END,"
+                f" CASE WHEN {_LISTED} THEN NULL ELSE r.json END"
+                " FROM records AS r LEFT JOIN listing AS l ON l.record = r.id"
+                f" WHERE r.pass = ? ORDER BY CASE WHEN {_LISTED} THEN l.url"
+                f" ELSE {_URL_OF_JSON} END, r.id",
+                (self.pass_number,),
+            )
 
     def listed_counts(self) -> Counter[str]:
         """The counters of the records that :meth:`listing` gives as lines."""
-        counts: Counter[str] = Counter()
         with self._reading() as db:
-            if _has_listing(db):
-                counts.update(
-                    dict(
-                        db.execute(
-                            "SELECT j.key, sum(j.value) FROM records AS r"
-                            " JOIN listing AS l ON l.record = r.id, json_each(l.counts) AS j"
-                            f" WHERE r.pass = ? AND {_LISTED} AND j.type = 'integer'"
-                            " GROUP BY j.key",
-                            (self.pass_number,),
-                        )
-                    )
-                )
-        return counts
+            sums = db.execute(
+                "SELECT j.key, sum(j.value) FROM records AS r"
+                " JOIN listing AS l ON l.record = r.id, json_each(l.counts) AS j"
+                f" WHERE r.pass = ? AND {_LISTED} AND j.type = 'integer' GROUP BY j.key",
+                (self.pass_number,),
+            )
+            return Counter(dict(sums))
 
     def items(self, after: int = 0) -> Iterator[tuple[int, str]]:
         """This pass's items (record id, the page's lines joined by newlines) after record

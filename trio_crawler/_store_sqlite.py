@@ -35,6 +35,7 @@ import functools
 import logging
 import math
 import sqlite3
+from collections import Counter
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,6 @@ from ._statefile_rows import OriginNote, items_from_text, record_from_line, requ
 from ._stats import count_record
 
 if TYPE_CHECKING:
-    from collections import Counter
     from collections.abc import AsyncIterator, Callable, Iterator
 
     from ._config import CrawlConfig
@@ -443,9 +443,8 @@ class StoredFrontier:
         file has no line for is read from its JSON (one that is not a record is logged and
         skipped, as by :meth:`records`). The counters are the file's sum of the lines',
         read after them, plus those of the records read from JSON."""
-        listing = Listing(())
-        listing.lines = self._listed_lines(listing.counters)
-        return listing
+        counters: Counter[str] = Counter()
+        return Listing(self._listed_lines(counters), counters)
 
     def _listed_lines(self, counters: Counter[str]) -> Iterator[str]:
         try:

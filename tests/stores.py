@@ -100,6 +100,14 @@ def make_core(
     return state, written
 
 
+def called_early(state: CrawlState) -> float:
+    """How long before a host's time the core wakes to ask its store for it: the Redis
+    store, waiting for work to come, calls that early and leases it ahead then (EARLY,
+    with one request at a time to a host); the others wake at the time itself."""
+    frontier = state.frontier
+    return frontier.link.early if isinstance(frontier, RedisFrontier) else 0.0
+
+
 def _report_writes(state: CrawlState) -> None:
     """Start each attempt as an engine does when its transport reports writes: the host
     held (``sent_later``) until ``request_sent``, which comes here at the same moment.

@@ -17,6 +17,7 @@ whole crawl is read back and checked:
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -33,7 +34,7 @@ from redis_server import running_redis
 from trio_crawler import _cluster_scripts
 from trio_crawler._cluster import SharedCounts, entry_url, parse_entry
 from trio_crawler._cluster_scripts import CREATE, DETAILS, STATUS, STEP
-from trio_crawler._cluster_session import ClusterSession, _ready_time
+from trio_crawler._cluster_session import EARLY, ClusterSession, _ready_time, early_wait
 from trio_crawler._config import CrawlConfig
 from trio_crawler._frontier import StoreRuntime
 
@@ -156,7 +157,7 @@ async def test_script_invariants_hold_under_random_batches(
             held: dict[str, set[str]] = {owner: set() for owner in owners}
             done_before: set[str] = set()
             finished = False
-            leased_ahead = 0
+            leased_ahead = early = 0
             for number in range(STEPS):
                 owner = rng.choice(list(held))
                 ops: list[dict[str, Any]] = []
@@ -204,6 +205,8 @@ async def test_script_invariants_hold_under_random_batches(
                         ops.append({"k": "renew", "u": mine})
                 if rng.random() < 0.7:
                     ops.append({"k": "lease", "n": rng.randint(1, 5)})
+                    if ahead and rng.random() < 0.5:  # called early: some may come ahead
+                        ops[-1].update(h=rng.choice([0.001, 0.01, 1.0]), e=rng.randint(0, 3))
                 lease_for = "0" if rng.random() < 0.1 else "60"
                 raw = await step(keys=[P + "meta"], args=[P, "", owner, lease_for, json.dumps(ops)])
                 answer = json.loads(raw)
@@ -221,6 +224,7 @@ async def test_script_invariants_hold_under_random_batches(
                     member = "r " + item[1] if item[0] == "r" else entry_url(item[1])
                     assert member in held[owner], f"leased but not held: {context}"
                     leased_ahead += item[0] == "p" and item[2] > 0
+                    early += item[0] == "p" and item[2] > 0 and "h" in ops[-1]
                 was_finished = finished
                 finished = state["meta"]["fin"] == "1"
                 assert not (was_finished and not finished), f"finished was undone: {context}"
@@ -233,6 +237,7 @@ async def test_script_invariants_hold_under_random_batches(
                     ever_spent = ever_spent or spent
             assert done_before, "no URL was ever done: the run tested little"
             assert leased_ahead or not ahead, "nothing was leased ahead: the run tested little"
+            assert early or not ahead, "no lease called early took any: the run tested little"
             if budget is not None:
                 assert ever_spent, "the budget was never spent: the run tested little"
 
@@ -606,6 +611,53 @@ async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share
 
 
 @pytest.mark.trio
+async def test_a_lease_called_early_takes_what_comes_within_its_horizon(tmp_path: Path) -> None:
+    """A lease with ``h`` and ``e`` also takes, ahead, up to ``e`` origins whose time comes
+    within ``h`` seconds, earliest first, each with its wait: the process woken for them
+    calls that early and starts them on its own clock. Nothing further off, nothing ahead
+    without ``h``, and none past ``e``; and the answer's ``w`` says when the next one left
+    in 'ready' may go."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            call = await six_hosts_at_a_delay(client)
+            origins, roots = SIX_HOSTS, SIX_ROOTS
+
+            def leased(answer: dict[str, Any]) -> list[tuple[str, float]]:
+                return [(entry_url(item[1]), item[2]) for item in answer["l"] or []]
+
+            adds = [
+                {"k": "add", "o": key, "u": [f"{key}/1"], "d": 1, "r": 10, "s": 0,
+                 "f": False, "q": True}
+                for key in origins
+            ]  # fmt: skip
+            await call("o1", 1000, adds)
+            assert len(leased(await call("o1", 1000, [{"k": "lease", "n": 6}]))) == 6
+            # Four hosts done, their answers ended 10 ms apart: each may go 2 s after.
+            dones = [
+                {"k": "done", "u": roots[i], "o": origins[i], "rec": 1, "t": 1000.1 + i / 100}
+                for i in range(4)
+            ]
+            await call("o1", 1000.2, dones)
+            # Not yet due, and no horizon: nothing, and the first may go in 50 ms.
+            answer = await call("o2", 1002.05, [{"k": "lease", "n": 6}])
+            assert leased(answer) == []
+            assert answer["w"] == pytest.approx(0.05)
+            # 25 ms ahead: h0 and h1 come within it; h2 is 5 ms further.
+            answer = await call("o2", 1002.085, [{"k": "lease", "n": 6, "h": 0.025, "e": 6}])
+            assert leased(answer) == [
+                (f"{origins[0]}/1", pytest.approx(0.015)),
+                (f"{origins[1]}/1", pytest.approx(0.025)),
+            ]
+            assert answer["w"] == pytest.approx(0.035)
+            # Room for one more ahead: h2 of h2 and h3.
+            answer = await call("o2", 1002.1, [{"k": "lease", "n": 6, "h": 0.05, "e": 1}])
+            assert leased(answer) == [(f"{origins[2]}/1", pytest.approx(0.02))]
+            # Due now, h3 is leased as usual, whatever e says.
+            answer = await call("o2", 1002.15, [{"k": "lease", "n": 6, "h": 0.05, "e": 0}])
+            assert leased(answer) == [(f"{origins[3]}/1", pytest.approx(-0.02))]
+
+
+@pytest.mark.trio
 async def test_no_lease_ahead_that_the_same_call_takes_back(tmp_path: Path) -> None:
     """A call made with leases that run out at once (lease seconds 0) leases nothing ahead:
     its own lease operation reclaims the leases that ran out before it leases, and would
@@ -671,11 +723,12 @@ def test_a_work_message_says_when_the_work_is_ready() -> None:
     assert _ready_time("soon") is None
 
 
-def test_a_hold_message_holds_the_origin_on_this_process_clock() -> None:
-    """``hold T ORIGIN CALLER`` tells the window the origin's wait, T moved from the
-    server's clock to the engine's; the caller's own message is not its news (its answer
-    set the wait already, exactly), and a message that is no hold changes nothing."""
-    config = CrawlConfig.create(["http://a.test/"], frontier="redis://127.0.0.1:1/", crawl_id="c")
+def session_at_1000(**options: Any) -> ClusterSession:
+    """A session of a crawl with ``options``, whose engine's clock reads 0 at the server's
+    1000, for the messages it hears (nothing is called)."""
+    config = CrawlConfig.create(
+        ["http://a.test/"], frontier="redis://127.0.0.1:1/", crawl_id="c", **options
+    )
     session = ClusterSession(config)
     session._runtime = StoreRuntime(
         clock=lambda: 0.0,
@@ -688,6 +741,44 @@ def test_a_hold_message_holds_the_origin_on_this_process_clock() -> None:
         limit_counts=lambda: None,
         loop_clock=False,
     )
+    return session
+
+
+class _NoHold:
+    """A window for messages that are no hold."""
+
+    def wake(self) -> None:
+        pass
+
+    def hold(self, origin: str, until: float) -> None:
+        raise AssertionError("no hold was said")
+
+
+@pytest.mark.parametrize(("per_host", "early"), [(1, EARLY), (2, 0.0)])
+def test_an_idle_process_calls_early_for_work_to_come(per_host: int, early: float) -> None:
+    """Told ``work N T``, an idle process looks again EARLY before T, where the crawl
+    leases ahead (one request at a time to a host), and at T where it does not; a later T
+    than it would look anyway changes nothing. After a call, it waits that much less for
+    the work its answer says is coming, but all of it for work due sooner than that: the
+    call found it not to be leased ahead, and calling again at once would spin."""
+    session = session_at_1000(max_per_host=per_host, delay=1.0)
+    assert session.early == early
+    window = _NoHold()
+    session.idle_until = 5.0
+    assert session._heard("work 7 1002.000000", window) is True
+    assert session.idle_until == pytest.approx(2.0 - early)
+    assert session._heard("work 8 1004.000000", window) is False
+    assert session.idle_until == pytest.approx(2.0 - early)
+    assert early_wait(1.0, EARLY) == pytest.approx(1.0 - EARLY)
+    assert early_wait(EARLY / 2, EARLY) == EARLY / 2
+    assert early_wait(math.inf, EARLY) == math.inf
+
+
+def test_a_hold_message_holds_the_origin_on_this_process_clock() -> None:
+    """``hold T ORIGIN CALLER`` tells the window the origin's wait, T moved from the
+    server's clock to the engine's; the caller's own message is not its news (its answer
+    set the wait already, exactly), and a message that is no hold changes nothing."""
+    session = session_at_1000()
     held: list[tuple[str, float]] = []
 
     class Window:

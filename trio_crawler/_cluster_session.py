@@ -126,6 +126,21 @@ class Window(Listener, Protocol):
         """
 
 
+# How long before work comes an idle process calls for it, with one request at a time to a
+# host (--max-per-host 1): the work whose time comes within this is leased ahead (step.lua's
+# lease), and its requests start on the process's own clock, not late by a wake-up and a
+# round trip. In a broad crawl, every origin that moves to another process moves so.
+EARLY = 0.05
+
+
+def early_wait(wait: float, early: float) -> float:
+    """The wait for work due in ``wait`` seconds of a process that calls ``early``: that much
+    less when the work is further off; else all of it (the call just made found the work
+    due sooner than that not to be leased ahead, so another call before it is due would
+    find the same, and one after each other's answer would spin)."""
+    return wait - early if wait > early else wait
+
+
 # Readings of the server's clock a process takes as it joins, keeping the one with the
 # shortest round trip (see ClusterSession._read_server_clock): a few milliseconds in all.
 CLOCK_READINGS = 5
@@ -177,6 +192,8 @@ class ClusterSession:
         # answered that asked for a lease, which makes older "work" messages stale.
         self.idle_until: float | None = None
         self.last_call = 0
+        # How long before then it calls (EARLY), where the crawl leases ahead.
+        self.early = EARLY if config.max_per_host == 1 else 0.0
         # The engine's clock as the last step call sent it: the time its answer's
         # relative times (a lease ahead's wait) count from.
         self.sent_at = 0.0
@@ -665,8 +682,10 @@ class ClusterSession:
         if ready is None:
             self.idle_until = None  # work is ready now: ask for it
         elif self.idle_until is not None:
-            # Work will be ready then, sooner than this process would look.
-            at = ready - self.runtime.wall_offset
+            # Work will be ready then, sooner than this process would look: it calls
+            # early for it (a call made too early finds it not leased ahead, and its
+            # answer says to wait for it all the way).
+            at = ready - self.runtime.wall_offset - self.early
             if at >= self.idle_until:
                 return False
             self.idle_until = at

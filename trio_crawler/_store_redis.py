@@ -39,8 +39,10 @@ Leases ahead. On a host with a delay, the call that marks a URL done (or settles
 robots.txt) asks for the host's next URL too, and the server may lease it at once with the
 time the delay ends (:meth:`RedisFrontier._lease_ahead` says when): the window holds the
 host until then and starts it on this process's clock, with no call and no wake-up, as one
-process would. Every leased URL comes with the time its host could go, and the window hands
-hosts out in that order.
+process would. A host the server keeps for the others is taken so too: an idle process
+calls a little before the time it was told work comes, and leases what comes by then
+ahead (:data:`~trio_crawler._cluster_session.EARLY`). Every leased URL comes with the time
+its host could go, and the window hands hosts out in that order.
 
 Budget. ``--max-pages`` counts the URLs the whole crawl starts: the server counts a URL at
 its first lease (a lease again after one ran out or was given back does not count), and
@@ -79,7 +81,7 @@ from ._cluster_ops import (
     seconds,
     settled_from,
 )
-from ._cluster_session import ClusterSession
+from ._cluster_session import ClusterSession, early_wait
 from ._events import FetchRequest, RobotsRequest
 from ._frontier import (
     GROUP_SIZE,
@@ -658,10 +660,13 @@ class RedisFrontier:
             # This call itself may make work ready (before the lease it carries, which
             # the script applies last): no need to wait for the server's "work" message.
             self.link.idle_until = None
-        self._lease_ahead(ops)
+        room = self._lease_ahead(ops)
         want = self._want() if lease else 0
         if want > 0:
-            ops.append({"k": "lease", "n": want})
+            op: Operation = {"k": "lease", "n": want}
+            if self.link.early > 0 and room > 0:
+                op.update(h=self.link.early, e=room)  # what comes soon, leased ahead
+            ops.append(op)
         return ops, waiting
 
     def _makes_work(self, op: Operation) -> bool:
@@ -674,10 +679,12 @@ class RedisFrontier:
         """Whether ``op`` is a URL done or robots.txt settled at an origin with a delay."""
         return op["k"] in ("done", "robots") and self._delay_of(op["o"]) > 0
 
-    def _lease_ahead(self, ops: list[Operation]) -> None:
+    def _lease_ahead(self, ops: list[Operation]) -> int:
         """Ask, with each done or robots.txt operation of an origin with a delay, for the
         origin's next URL, leased now to be started when its delay ends (their ``a``),
-        while the window has workers for all it holds.
+        while the window has workers for all it holds; return how many more it has
+        workers for (the most a lease in the same call may take ahead, see
+        :data:`~trio_crawler._cluster_session.EARLY`).
 
         The server would otherwise hand the origin out only once its delay had ended, to
         whichever process asked first then, each of them woken for it: a call more per page
@@ -694,7 +701,7 @@ class RedisFrontier:
         (:meth:`request_sent`), which a lease ahead would skip.
         """
         if self.config.max_per_host != 1:
-            return
+            return 0
         room = self._room(ahead=True)
         for op in ops:
             if room <= 0:
@@ -702,6 +709,7 @@ class RedisFrontier:
             if self._frees_later(op):
                 op["a"] = 1
                 room -= 1
+        return room
 
     async def _answered(
         self,
@@ -746,8 +754,9 @@ class RedisFrontier:
             self.link.idle_until = None
         elif asked:
             # Woken by a "work" message before then. The server's clock is this engine's
-            # (see ClusterSession.connect), to the microsecond of its TIME.
-            wait = seconds(answer.get("w"))
+            # (see ClusterSession.connect), to the microsecond of its TIME. The work to
+            # come is called for early, and leased ahead then.
+            wait = early_wait(seconds(answer.get("w")), self.link.early)
             if self.shared.leased > len(self._held):  # another process's may run out,
                 # or its holder be found to have stopped (then this process says so)
                 wait = min(wait, seconds(answer.get("x")), seconds(answer.get("y")), self.lease)
@@ -759,7 +768,8 @@ class RedisFrontier:
             # (an origin left to 'ready' by a done, a start that frees one). Counted from
             # the answer, as the wait above: a host's delay timed from a start told before
             # its request went out ends that much early, and the round trip is slack.
-            self.link.idle_until = min(self.link.idle_until, self._now() + seconds(answer.get("w")))
+            wait = early_wait(seconds(answer.get("w")), self.link.early)
+            self.link.idle_until = min(self.link.idle_until, self._now() + wait)
 
     async def _take_leased(self, leased: list[Any]) -> Leases:
         """Queue what the server leased to this process in the window; return it, read."""

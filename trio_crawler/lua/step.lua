@@ -43,9 +43,13 @@
 --           while it limits the window (slow start included), else 0
 --   renew   u (leases): their deadlines move to now + lease seconds
 --           -> how many the caller held
---   lease   n: up to n more requests -> 0 (what was leased is in "l"); with
---           a budget, a URL's first lease counts in it, and once it is spent
---           only URLs counted before are leased (and no robots.txt)
+--   lease   n, h (seconds; absent: 0), e (absent: 0): up to n more requests
+--           -> 0 (what was leased is in "l"); with a budget, a URL's first lease
+--           counts in it, and once it is spent only URLs counted before are
+--           leased (and no robots.txt); with h, up to e of them may be of origins
+--           whose time comes within h, leased ahead (as for a done's "a"): a
+--           process woken for work to come calls that much early, and starts
+--           the URLs on its own clock, not late by its wake-up and this call
 --   bye     (nothing): the caller leaves the crawl, after its other operations:
 --           no longer idle, nor among the processes whose calls are timed -> 0
 -- Returns  JSON: {"r": the results, in the operations' order,
@@ -132,7 +136,7 @@ local SHAPES = {
       and maybe(number, op.e)
   end,
   renew = function(op) return texts(op.u) end,
-  lease = function(op) return number(op.n) end,
+  lease = function(op) return number(op.n) and maybe(number, op.h) and maybe(number, op.e) end,
   bye = function() return true end,
 }
 if type(ops) ~= 'table' then return cjson.encode({bad = 0}) end
@@ -411,15 +415,21 @@ local function lease_ahead(o)
 end
 
 -- Lease up to n requests from the origins whose time has come, after reclaiming the
--- leases that ran out.
+-- leases that ran out, and up to early of them from those whose time comes within h
+-- (leased ahead: see lease_origin). 'ready' is ordered by that time, so the early ones
+-- are the next to come, and the range read is as short as without.
 local lease_short = false
-local function lease(n)
+local function lease(n, h, early)
   reclaim()
-  local before = #leased
-  local origins = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, n + 16)
-  for _, o in ipairs(origins) do
+  local origins = redis.call('ZRANGEBYSCORE', READY, '-inf', now + h, 'WITHSCORES',
+    'LIMIT', 0, n + 16)
+  for i = 1, #origins, 2 do
     if #leased >= n then break end
-    lease_origin(o, n, false)
+    local ahead = tonumber(origins[i + 1]) > now
+    if ahead and early <= 0 then break end
+    local before = #leased
+    lease_origin(origins[i], n, ahead)
+    if ahead then early = early - (#leased - before) end
   end
   -- A lease that got less than it asked for took all there was: its caller waits for
   -- more, and is told when it comes (the idle processes; see finish_check).
@@ -558,7 +568,7 @@ for i, op in ipairs(ops) do
       end
     end
   elseif k == 'lease' then
-    if not fin then lease(op.n) end
+    if not fin then lease(op.n, op.h or 0, op.e or 0) end
   elseif k == 'bye' then
     redis.call('SREM', IDLE, owner)
     redis.call('HDEL', OWNERS, owner)

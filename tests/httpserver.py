@@ -102,6 +102,8 @@ class TestServer:
         self.arrivals: list[float] = []  # when each of them arrived (its head was read)
         self.hits: collections.Counter[str] = collections.Counter()
         self.connections = 0  # connections accepted
+        self.hung_up = 0  # connections the client closed between two requests
+        self._hang_up: anyio.Event | None = None  # set at the next one (made when awaited)
         self.in_flight = 0  # requests received and not yet answered (or dropped)
         self.max_in_flight = 0
         self._fallback: Callable[[Request], Awaitable[Reply]] = _not_found
@@ -116,6 +118,12 @@ class TestServer:
     def fallback(self, handler: Callable[[Request], Awaitable[Reply]]) -> None:
         """Answer every target missing from ``routes`` with ``handler`` instead of a 404."""
         self._fallback = handler
+
+    async def wait_hung_up(self, count: int) -> None:
+        """Return once clients have closed ``count`` connections between requests."""
+        while self.hung_up < count:
+            self._hang_up = anyio.Event()
+            await self._hang_up.wait()
 
     def drop_first(self, target: str, count: int) -> None:
         """Hang up on the next ``count`` requests for ``target`` without answering."""
@@ -142,7 +150,11 @@ class TestServer:
         """Serve one request; return whether the connection may carry another."""
         event = await _next_event(connection, stream)
         if not isinstance(event, h11.Request):
-            return False  # h11.ConnectionClosed: the client hung up between requests
+            # h11.ConnectionClosed: the client hung up between requests
+            self.hung_up += 1
+            if self._hang_up is not None:
+                self._hang_up.set()
+            return False
         request = Request(
             method=event.method.decode("ascii"),
             target=event.target.decode("ascii"),

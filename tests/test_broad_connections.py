@@ -56,7 +56,7 @@ from trio_crawler._lookups import (
 )
 from trio_crawler._lru import LRU
 from trio_crawler._options import ConfigError
-from trio_crawler._transport import _keep_alive_timeout
+from trio_crawler._transport import _keep_alive_timeout, close_idle
 
 from conftest import AUTOJUMP_THRESHOLD, Engine
 from httpserver import Reply, open_test_server
@@ -229,6 +229,82 @@ async def test_the_crawls_least_recently_used_idle_connection_is_closed_first() 
             # Keeping that one evicted the one to `three`, now the least recently used.
             assert isinstance(await fetch(second, three.url()), Response)
     assert (one.connections, two.connections, three.connections) == (2, 1, 2)
+
+
+def test_draining_takes_every_idle_connection_out() -> None:
+    """What a crawl that has ended closes: every idle connection, whoever kept it, least
+    recently kept first, and none is left to take or to drop."""
+    idle: IdleConnections[str] = IdleConnections(limit=None)
+    idle.keep("worker-1", "http://a.test", "a1")
+    idle.keep("worker-2", "http://b.test", "b1")
+    idle.keep("worker-1", "http://a.test", "a2")
+    assert idle.drain() == ["a1", "b1", "a2"]
+    assert len(idle) == 0
+    assert idle.take("http://a.test") is None
+    assert idle.drop("worker-1") == []
+    assert idle.drain() == []
+    idle.keep("worker-2", "http://b.test", "b2")  # the pool works on
+    assert idle.take("http://b.test") == "b2"
+
+
+@pytest.mark.anyio
+@BOTH_BACKENDS
+async def test_the_idle_connections_are_closed_at_once_when_asked() -> None:
+    """``close_idle`` closes every idle connection of the crawl in the caller's task, as
+    the servers see (each hangs up), and the clients work on with new ones."""
+    shared = CrawlConnections(idle_limit=None)
+    routes = {"/": Reply.html("ok")}
+    async with (
+        open_test_server(routes, host="127.0.0.2") as one,
+        open_test_server(routes, host="127.0.0.3") as two,
+        lean_client(shared) as first,
+        lean_client(shared) as second,
+    ):
+        with anyio.fail_after(HANG_LIMIT):
+            for client, server in [(first, one), (first, two), (second, one)]:
+                assert isinstance(await fetch(client, server.url()), Response)
+            assert (one.connections, two.connections, shared.statistics().idle) == (1, 1, 2)
+            async with first.stream("GET", two.url()) as a, second.stream("GET", two.url()) as b:
+                assert (await a.aread(), await b.aread()) == (b"ok", b"ok")  # two at once
+            assert (one.connections, two.connections, shared.statistics().idle) == (1, 2, 3)
+            assert await close_idle(shared) == 3
+            assert shared.statistics().idle == 0
+            await one.wait_hung_up(1)
+            await two.wait_hung_up(2)
+            assert isinstance(await fetch(second, two.url()), Response)
+    assert (one.connections, two.connections) == (1, 3)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("lean")
+async def test_a_crawl_that_ends_closes_its_idle_connections_before_its_workers_end(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher closes the idle connections as it finds the crawl done, so that no
+    worker's transport has one left to close as the worker ends, and every server sees
+    each of its connections closed."""
+    dropped: list[int] = []
+    drop = IdleConnections.drop
+
+    def counted_drop(self: IdleConnections[object], owner: object) -> list[object]:
+        connections = drop(self, owner)
+        dropped.append(len(connections))
+        return connections
+
+    monkeypatch.setattr(IdleConnections, "drop", counted_drop)
+    links = [f"/{number}" for number in range(6)]
+    routes = {"/": page(*links), **{link: page("/") for link in links}}
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [
+            await stack.enter_async_context(open_test_server(routes, host=f"127.0.0.{n}"))
+            for n in (2, 3, 4)
+        ]
+        crawler = await crawl(engine, [server.url() for server in servers], max_tasks=4)
+        with anyio.fail_after(HANG_LIMIT):
+            for server in servers:
+                await server.wait_hung_up(server.connections)
+    assert len(crawler.done) == 3 * len(routes)
+    assert dropped == [0] * 4, "each worker's transport found its connections closed"
 
 
 @pytest.mark.anyio

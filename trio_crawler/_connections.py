@@ -286,6 +286,15 @@ class IdleConnections(Generic[C]):
                 self._forget_origin(connection, entry[0])
         return connections
 
+    def drain(self) -> list[C]:
+        """Take out every idle connection, least recently used first (the crawl is over):
+        the caller closes them."""
+        connections = self._lru.keys()
+        self._lru.clear()
+        self._by_origin.clear()
+        self._by_owner.clear()
+        return connections
+
     def _forget(self, connection: C, key: Hashable, owner: Hashable) -> None:
         self._forget_origin(connection, key)
         owned = self._by_owner[owner]
@@ -430,7 +439,7 @@ async def connect_address(address: str, port: int) -> anyio.abc.SocketStream:
     ('127.0.0.1', 8000): Connection refused``). A socket that cannot be made at all says
     so as it is (``[Errno 24] Too many open files``). Cancelled, it closes the socket.
     """
-    if not _on_trio():
+    if not on_trio():
         try:
             return await anyio.connect_tcp(address, port)
         except OSError as exc:
@@ -465,7 +474,7 @@ async def connect_address(address: str, port: int) -> anyio.abc.SocketStream:
         raise
 
 
-def _on_trio() -> bool:
+def on_trio() -> bool:
     """Whether the running event loop is Trio's (asked by Trio itself, if it is loaded)."""
     trio = sys.modules.get("trio")
     if trio is None:

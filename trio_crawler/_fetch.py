@@ -70,7 +70,7 @@ from ._connections import CrawlConnections
 from ._decoders import BodyDecoder, DecodingError, ResponseTooLarge
 from ._events import Exchange, FetchError, FetchRequest, Outcome, Response, describe_exception
 from ._sitemaps import MAX_SITEMAP_BYTES
-from ._transport import ANSWER_ARRIVED, HEAD_STARTED, HEAD_WRITTEN, UNANSWERED
+from ._transport import ANSWER_ARRIVED, HEAD_STARTED, HEAD_WRITTEN, UNANSWERED, close_idle
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -515,6 +515,12 @@ class Fetcher:
         does, a test's ``MockTransport`` does not), so from the next attempt on a host's
         delay runs from that moment rather than from the attempt's start."""
         self.reports_sending = True
+
+    async def close_idle(self) -> None:
+        """Close the workers' idle connections at once, the crawl being over, before the
+        workers end (see :func:`~trio_crawler._transport.close_idle`)."""
+        if self.connections is not None:
+            await close_idle(self.connections)
 
     def new_client(self, *, ssl_context: TLSContext = default_ssl_context) -> Client:
         """A client for one worker, which makes one request at a time.

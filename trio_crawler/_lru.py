@@ -80,3 +80,7 @@ class LRU(Generic[K, V]):
     def keys(self) -> list[K]:
         """The keys, least recently used first (a copy)."""
         return list(self._entries)
+
+    def clear(self) -> None:
+        """Take every entry out (none is counted as evicted)."""
+        self._entries.clear()

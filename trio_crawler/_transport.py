@@ -79,7 +79,13 @@ import anyio
 import anyio.abc
 import anyio.streams.tls
 
-from ._connections import CrawlConnections, open_connection, receive_stamped, stamped_reader
+from ._connections import (
+    CrawlConnections,
+    on_trio,
+    open_connection,
+    receive_stamped,
+    stamped_reader,
+)
 from ._http11 import (
     CLOSED,
     END,
@@ -580,6 +586,30 @@ async def _mapped(library: ModuleType, read: Any) -> Event:
         raise library.RemoteProtocolError(str(exc)) from exc
     except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
         raise library.ReadError(_describe(exc)) from exc
+
+
+async def close_idle(connections: CrawlConnections) -> int:
+    """Close every idle connection of a crawl that has ended, in the caller's task; return
+    how many.
+
+    Each worker's transport would close the ones it kept as the worker ends: a scope, a
+    close and a checkpoint each, in turns with the other workers' ends, which took the
+    last 90 ms of a 500-host crawl. On Trio no task waits on an idle connection's socket
+    (a socket is registered for events only while a task waits on it), so each socket is
+    closed as it is, in one loop; elsewhere (asyncio watches a transport's socket for as
+    long as it is open) each is closed as a worker would, one after the other.
+    """
+    idle = connections.idle.drain()
+    if idle and on_trio():
+        for connection in idle:
+            if connection.socket is None:
+                await _close(connection)
+            else:
+                connection.socket.close()
+    else:
+        for connection in idle:
+            await _close(connection)
+    return len(idle)
 
 
 async def _close(connection: _Connection) -> None:

@@ -146,6 +146,7 @@ class Crawler(CrawlerBase):
                 if errand is not None:  # beside, as hosts come due meanwhile
                     task_group.start_soon(errand)
                 if self.state.finished:  # asked after next_request(), which can finish it
+                    await self._fetcher.close_idle()  # in one go, not worker by worker
                     break
                 # Nothing to hand out yet: wait until a worker finishes a URL (which may
                 # queue links or end the crawl), or until a host's delay is over. A fresh

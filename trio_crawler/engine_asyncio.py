@@ -154,7 +154,10 @@ class Crawler(CrawlerBase):
                 if self._store_needs() and not self._stopped.done():
                     await self._flush_store(starved=True)  # write, or load more queue
                     continue
-                if self.state.finished or self._stopped.done():
+                if self.state.finished:
+                    await self._fetcher.close_idle()  # in one go, not worker by worker
+                    return
+                if self._stopped.done():
                     return
                 waiters: set[asyncio.Future[Any]] = {self._stopped}
                 if self.state.statistics().in_flight:

@@ -520,6 +520,18 @@ async def test_a_wait_is_told_to_the_holders_of_the_origins_other_leases(tmp_pat
 
 SIX_HOSTS = [f"http://h{n}.test" for n in range(6)]
 SIX_ROOTS = [f"{key}/" for key in SIX_HOSTS]
+
+
+def leased_with_waits(answer: dict[str, Any]) -> list[tuple[str, float]]:
+    """What a step call leased: each URL with its seconds until its origin may go."""
+    return [(entry_url(item[1]), item[2]) for item in answer["l"] or []]
+
+
+# Each of SIX_HOSTS's next page, /1, queued behind its root.
+NEXT_PAGES = [
+    {"k": "add", "o": key, "u": [f"{key}/1"], "d": 1, "r": 10, "s": 0, "f": False, "q": True}
+    for key in SIX_HOSTS
+]
 StepCall = Callable[[str, float, list[dict[str, Any]]], Awaitable[dict[str, Any]]]
 
 
@@ -558,8 +570,7 @@ async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share
             call = await six_hosts_at_a_delay(client)
             origins, roots = SIX_HOSTS, SIX_ROOTS
 
-            def leased(answer: dict[str, Any]) -> list[tuple[str, float]]:
-                return [(entry_url(item[1]), item[2]) for item in answer["l"] or []]
+            leased = leased_with_waits
 
             def done(url: str, ended: float, *, ahead: bool = True) -> dict[str, Any]:
                 op = {"k": "done", "u": url, "o": origin(url), "rec": 1, "t": ended}
@@ -622,15 +633,9 @@ async def test_a_lease_called_early_takes_what_comes_within_its_horizon(tmp_path
             call = await six_hosts_at_a_delay(client)
             origins, roots = SIX_HOSTS, SIX_ROOTS
 
-            def leased(answer: dict[str, Any]) -> list[tuple[str, float]]:
-                return [(entry_url(item[1]), item[2]) for item in answer["l"] or []]
+            leased = leased_with_waits
 
-            adds = [
-                {"k": "add", "o": key, "u": [f"{key}/1"], "d": 1, "r": 10, "s": 0,
-                 "f": False, "q": True}
-                for key in origins
-            ]  # fmt: skip
-            await call("o1", 1000, adds)
+            await call("o1", 1000, NEXT_PAGES)
             assert len(leased(await call("o1", 1000, [{"k": "lease", "n": 6}]))) == 6
             # Four hosts done, their answers ended 10 ms apart: each may go 2 s after.
             dones = [
@@ -695,12 +700,7 @@ async def test_a_process_that_went_quiet_counts_for_no_share(tmp_path: Path) -> 
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
             call = await six_hosts_at_a_delay(client)
             origins, roots = SIX_HOSTS, SIX_ROOTS
-            adds = [
-                {"k": "add", "o": key, "u": [f"{key}/1"], "d": 1, "r": 10, "s": 0,
-                 "f": False, "q": True}
-                for key in origins
-            ]  # fmt: skip
-            await call("o1", 1000, adds)
+            await call("o1", 1000, NEXT_PAGES)
             assert len((await call("o1", 1000, [{"k": "lease", "n": 6}]))["l"]) == 6
             for quiet in ("o2", "o3"):
                 assert not (await call(quiet, 1000.5, [{"k": "lease", "n": 4}]))["l"]

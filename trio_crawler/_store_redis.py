@@ -664,8 +664,8 @@ class RedisFrontier:
         want = self._want() if lease else 0
         if want > 0:
             op: Operation = {"k": "lease", "n": want}
-            if self.link.early > 0 and room > 0:
-                op.update(h=self.link.early, e=room)  # what comes soon, leased ahead
+            if room > 0:  # what comes soon, leased ahead (room only where the crawl does)
+                op.update(h=self.link.early, e=room)
             ops.append(op)
         return ops, waiting
 
@@ -750,13 +750,14 @@ class RedisFrontier:
         # A lease ahead (of an origin whose time has not come) says nothing of the origins
         # that are ready; a lease that got less than it asked for took all there was.
         short = asked and len(leased) < ops[-1]["n"]
+        # Until the next call for the work to come: called for early, and leased ahead then.
+        # The server's clock is this engine's (see ClusterSession.connect), to the
+        # microsecond of its TIME.
+        wait = early_wait(seconds(answer.get("w")), self.link.early)
         if not short and leases.any_ready:
             self.link.idle_until = None
         elif asked:
-            # Woken by a "work" message before then. The server's clock is this engine's
-            # (see ClusterSession.connect), to the microsecond of its TIME. The work to
-            # come is called for early, and leased ahead then.
-            wait = early_wait(seconds(answer.get("w")), self.link.early)
+            # Woken by a "work" message before then.
             if self.shared.leased > len(self._held):  # another process's may run out,
                 # or its holder be found to have stopped (then this process says so)
                 wait = min(wait, seconds(answer.get("x")), seconds(answer.get("y")), self.lease)
@@ -768,7 +769,6 @@ class RedisFrontier:
             # (an origin left to 'ready' by a done, a start that frees one). Counted from
             # the answer, as the wait above: a host's delay timed from a start told before
             # its request went out ends that much early, and the round trip is slack.
-            wait = early_wait(seconds(answer.get("w")), self.link.early)
             self.link.idle_until = min(self.link.idle_until, self._now() + wait)
 
     async def _take_leased(self, leased: list[Any]) -> Leases:

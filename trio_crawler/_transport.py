@@ -600,14 +600,11 @@ async def close_idle(connections: CrawlConnections) -> int:
     long as it is open) each is closed as a worker would, one after the other.
     """
     idle = connections.idle.drain()
-    if idle and on_trio():
-        for connection in idle:
-            if connection.socket is None:
-                await _close(connection)
-            else:
-                connection.socket.close()
-    else:
-        for connection in idle:
+    at_once = on_trio()
+    for connection in idle:
+        if at_once and connection.socket is not None:
+            connection.socket.close()
+        else:
             await _close(connection)
     return len(idle)
 

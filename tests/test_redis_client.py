@@ -36,6 +36,7 @@ from trio_crawler._redis import (
     Script,
     Unavailable,
     _Incomplete,
+    _Link,
     _Messages,
     encode,
     parse,
@@ -173,6 +174,38 @@ async def test_commands_scripts_and_the_connections_name(redis: RedisServer) -> 
                 await client.execute("LPUSH", "h", "x")
             names = await other.client_list()
             assert "trio-crawler" in [entry["name"] for entry in names]
+
+
+@pytest.mark.anyio
+async def test_a_pipeline_is_one_write_and_its_replies_in_order(
+    redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a joiner reads of the origins new to it: many commands in one write (one round
+    trip, not one each), every reply in its command's place; a refusal among them is
+    raised once all replies are read, so the next command still gets its own."""
+    writes: list[bytes] = []
+    send = _Link.send
+
+    async def counted(link: _Link, data: bytes) -> None:
+        writes.append(data)
+        await send(link, data)
+
+    monkeypatch.setattr(_Link, "send", counted)
+    with anyio.fail_after(LIMIT):
+        async with client_for(redis.url(db=3)) as client:
+            writes.clear()  # the login's
+            assert (
+                await client.pipeline([("HSET", f"h{i}", "f", str(i)) for i in range(50)])
+                == [1] * 50
+            )
+            replies = await client.pipeline([("HMGET", f"h{i}", "f", "g") for i in range(60)])
+            assert replies == [[str(i), None] for i in range(50)] + [[None, None]] * 10
+            assert len(writes) == 2
+            with pytest.raises(RedisError, match="wrong kind of value"):
+                await client.pipeline([("SET", "s", "x"), ("LPUSH", "h1", "x"), ("SET", "t", "y")])
+            assert await client.execute("MGET", "s", "t") == ["x", "y"]
+            assert await client.pipeline([]) == []
+            assert len(writes) == 4
 
 
 @pytest.mark.anyio

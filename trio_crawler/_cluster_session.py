@@ -582,12 +582,10 @@ class ClusterSession:
         client = self.client
 
         async def read() -> list[Any]:
-            answers = []
-            for key in keys:
-                answers.append(
-                    await client.hmget(self.prefix + "o:" + key, ["rb", "rt", "rf", "dl"])
-                )
-            return answers
+            fields = ("rb", "rt", "rf", "dl")
+            return await client.pipeline(
+                [("HMGET", self.prefix + "o:" + key, *fields) for key in keys]
+            )
 
         try:
             return await self._retrying(functools.partial(self.runtime.shielded, read))

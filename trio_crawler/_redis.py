@@ -413,12 +413,18 @@ class Redis:
     async def _exchange(self, data: bytes) -> Any:
         """Send ``data`` (one command) and read its reply, on a connection made if there
         is none. Any failure in between, cancellation included, drops the connection."""
+        replies = await self._exchange_many(data, 1)
+        return replies[0]
+
+    async def _exchange_many(self, data: bytes, count: int) -> list[Any]:
+        """Send ``data`` (``count`` commands) in one write and read their ``count``
+        replies, all within the answer timeout, as :meth:`_exchange` does one's."""
         async with self._lock:
             link = await self._connected()
             try:
                 with anyio.fail_after(self.answer_timeout):
                     await link.send(data)
-                    return await link.read()
+                    return [await link.read() for _ in range(count)]
             except BaseException:
                 self._link = None
                 await link.close()
@@ -454,6 +460,26 @@ class Redis:
     async def hmget(self, key: str, fields: Sequence[str]) -> list[str | None]:
         values: list[str | None] = await self.execute("HMGET", key, *fields)
         return values
+
+    async def pipeline(self, commands: Sequence[Sequence[str]]) -> list[Any]:
+        """Run ``commands`` in one round trip: written together, their replies read in
+        order. Read one by one, ``n`` hashes cost ``n`` round trips, and on a loaded
+        machine each is a wake-up of the server and of this process: 50 origins new to a
+        process of a broad crawl took 10-25 ms to read, while their requests waited.
+
+        Raises:
+            RedisError: The server refused one of them (the first refusal; every command
+                ran or was refused all the same).
+            RedisLost, TimeoutError: Not every reply came.
+        """
+        if not commands:
+            return []
+        data = b"".join(encode(command) for command in commands)
+        replies = await self._exchange_many(data, len(commands))
+        for reply in replies:
+            if isinstance(reply, RedisError):
+                raise reply
+        return replies
 
 
 @asynccontextmanager

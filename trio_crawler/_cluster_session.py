@@ -574,7 +574,8 @@ class ClusterSession:
 
     async def read_origins(self, keys: list[str]) -> list[list[Any]]:
         """The robots.txt state (``rb``, ``rt``, ``rf``) and delay (``dl``) of each origin,
-        retried as a step call is.
+        read in one round trip (the reads are the requests' wait), retried as a step
+        call is.
 
         Raises:
             FrontierLost: The server was away for a lease, or refused the reads.

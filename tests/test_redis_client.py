@@ -108,6 +108,42 @@ def test_a_reply_cut_anywhere_is_incomplete_until_it_is_whole(items: list[str]) 
     assert parse(wire, 0) == (items, len(wire))
 
 
+class _Chunks:
+    """A stream that gives ``chunks``, one a receive, as a socket gives what came."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if not self.chunks:
+            raise anyio.EndOfStream
+        return self.chunks.pop(0)
+
+
+@given(
+    st.lists(st.lists(st.text(max_size=30), max_size=4), min_size=1, max_size=12),
+    st.data(),
+)
+def test_replies_read_together_are_each_read_where_they_lie(
+    replies: list[list[str]], data: st.DataObject
+) -> None:
+    """A pipeline's replies as the stream gives them, cut anywhere: all read in order, and
+    what follows them left whole for the next read."""
+    wire = b"".join(encode(reply) for reply in replies) + encode(["next"])
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(wire) - 1), max_size=6)))
+    chunks = [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True)]
+    link = _Link(_Chunks(chunks))  # type: ignore[arg-type]
+
+    async def read() -> None:
+        assert await link.read_many(len(replies)) == replies
+        assert await link.read() == ["next"]
+        assert not link.buffer
+        with pytest.raises(RedisLost):
+            await link.read()
+
+    anyio.run(read)
+
+
 @pytest.mark.parametrize("wire", [b"?what\r\n", b":12x\r\n", b"$2\r\n\xff\xfe\r\n", b"*z\r\n"])
 def test_what_is_not_resp_is_a_lost_connection(wire: bytes) -> None:
     with pytest.raises(RedisLost):

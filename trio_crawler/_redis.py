@@ -256,20 +256,34 @@ class _Link:
 
     async def read(self) -> Any:
         """The next reply (a :class:`RedisError` as a value)."""
+        replies = await self.read_many(1)
+        return replies[0]
+
+    async def read_many(self, count: int) -> list[Any]:
+        """The next ``count`` replies (as :meth:`read`). A pipeline's replies arrive
+        together: each is parsed where it lies, and the buffer is cut once they are read
+        (or once more must come), not after each, which would move the rest of the buffer
+        for every reply."""
         buffer = self.buffer
-        while True:
-            if buffer:
+        replies: list[Any] = []
+        start = 0
+        while len(replies) < count:
+            if start < len(buffer):
                 try:
-                    reply, used = parse(buffer, 0)
+                    reply, start = parse(buffer, start)
                 except _Incomplete:
                     pass
                 else:
-                    del buffer[:used]
-                    return reply
+                    replies.append(reply)
+                    continue
+            del buffer[:start]
+            start = 0
             try:
                 buffer += await self.stream.receive(_RECEIVE)
             except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
                 raise RedisLost("the server closed the connection") from exc
+        del buffer[:start]
+        return replies
 
     async def send(self, data: bytes) -> None:
         try:
@@ -424,7 +438,7 @@ class Redis:
             try:
                 with anyio.fail_after(self.answer_timeout):
                     await link.send(data)
-                    return [await link.read() for _ in range(count)]
+                    return await link.read_many(count)
             except BaseException:
                 self._link = None
                 await link.close()

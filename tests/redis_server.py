@@ -10,6 +10,8 @@ with one line saying what to install (:func:`find_redis_server`), not with a tra
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -140,3 +142,25 @@ def running_redis(
             if drain is not None:
                 drain.join(timeout=10)  # it ends at the log's end, once the server exited
             process.stdout.close()
+
+
+def create_args(
+    prefix: str,
+    clock: str,
+    roots: list[str],
+    options: str,
+    *,
+    obey: str,
+    delay: str,
+    per_host: str,
+    redirects: str = "10",
+) -> list[str]:
+    """The arguments of ``create.lua`` that create the crawl of ``roots`` (see the script's
+    header), as a process sends them once the crawl is found absent: the roots' digest,
+    the settings, the roots' JSON, and each root with its origin."""
+    from trio_crawler._robots import origin_of
+
+    listed = json.dumps(roots, separators=(",", ":"))
+    digest = hashlib.sha1(listed.encode()).hexdigest()
+    args = [prefix, clock, digest, options, obey, delay, per_host, redirects, listed]
+    return args + [item for root in roots for item in (root, origin_of(root))]

@@ -14,7 +14,6 @@ test's own HTTP server in its task group. Kills happen at a request count, not a
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
-from redis_server import MISSING, RedisServer, free_port, running_redis
+from redis_server import MISSING, RedisServer, create_args, free_port, running_redis
 from sites import Run, Site, run_child
 
 from httpserver import Reply, Request, open_test_server
@@ -470,7 +469,7 @@ async def test_damaged_entries_are_skipped_not_fatal(tmp_path: Path, redis: Redi
             async with coredis.Redis(port=redis.port, decode_responses=True) as client:
                 # The crawl as its first process creates it (robots.txt not obeyed).
                 create = client.register_script(CREATE)
-                args = [prefix, "", json.dumps([root]), "{}", "0", "0", "", "10", root, key]
+                args = create_args(prefix, "", [root], "{}", obey="0", delay="0", per_host="")
                 assert (await create(keys=[prefix + "meta"], args=args))[0] == "created"
                 for entry in ("1 0 10 0 ftp://not-http/", "x y z", "1 0 10 0 " + key + "/p/1.html"):
                     url = entry.split(" ", 4)[-1]

@@ -21,7 +21,7 @@ from typing import Any
 import coredis
 import pytest
 import trio
-from redis_server import RedisServer
+from redis_server import RedisServer, create_args
 from sites import Site, run_child
 from test_cluster import command, one_line_error
 
@@ -31,7 +31,6 @@ from trio_crawler._cluster import prefix_of
 from trio_crawler._cluster_scripts import CREATE
 from trio_crawler._config import CrawlConfig
 from trio_crawler._options import ConfigError
-from trio_crawler._robots import origin_of
 
 from httpserver import open_test_server
 from support import HANG_LIMIT, read_records
@@ -50,18 +49,16 @@ async def create_crawl(
         if name not in ("frontier", "crawl_id", "lease", "state", "recrawl")
     }
     prefix = prefix_of(crawl_id)
-    args = [
+    args = create_args(
         prefix,
         "",
-        json.dumps([root], separators=(",", ":")),
+        [root],
         json.dumps(stored, sort_keys=True),
-        "1" if config.obey_robots else "0",
-        repr(float(config.delay)),
-        "" if config.max_per_host is None else str(config.max_per_host),
-        str(config.max_redirect),
-        root,
-        origin_of(root),
-    ]
+        obey="1" if config.obey_robots else "0",
+        delay=repr(float(config.delay)),
+        per_host="" if config.max_per_host is None else str(config.max_per_host),
+        redirects=str(config.max_redirect),
+    )
     async with coredis.Redis(port=server.port, decode_responses=True) as client:
         answer = await client.register_script(CREATE)(keys=[prefix + "meta"], args=args)
     assert answer[0] == "created", answer

@@ -29,7 +29,8 @@ from typing import Any
 
 import coredis
 import pytest
-from redis_server import running_redis
+import trio
+from redis_server import create_args, running_redis
 
 from trio_crawler import _cluster_scripts
 from trio_crawler._cluster import SharedCounts, entry_url, parse_entry
@@ -135,21 +136,8 @@ async def test_script_invariants_hold_under_random_batches(
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
             create, step = client.register_script(CREATE), client.register_script(STEP)
             root = POOL[0]
-            answer = await create(
-                keys=[P + "meta"],
-                args=[
-                    P,
-                    "",
-                    json.dumps([root]),
-                    options,
-                    "1",
-                    delay,
-                    per_host,
-                    "10",
-                    root,
-                    origin(root),
-                ],
-            )
+            args = create_args(P, "", [root], options, obey="1", delay=delay, per_host=per_host)
+            answer = await create(keys=[P + "meta"], args=args)
             assert answer[0] == "created"
             seen = {root}
             # With lease ahead, two processes: a third waiting empty-handed would stop it.
@@ -279,7 +267,7 @@ async def test_a_malformed_batch_writes_nothing_and_a_damaged_entry_is_counted_o
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
             create, step = client.register_script(CREATE), client.register_script(STEP)
             root, key = POOL[0], ORIGINS[0]
-            args = [P, "", json.dumps([root]), "{}", "0", "0", "", "10", root, key]
+            args = create_args(P, "", [root], "{}", obey="0", delay="0", per_host="")
             assert (await create(keys=[P + "meta"], args=args))[0] == "created"
 
             async def call(ops: list[dict[str, Any]]) -> dict[str, Any]:
@@ -321,7 +309,7 @@ async def test_an_entry_carries_its_referrer_and_a_root_none(tmp_path: Path) -> 
         async with coredis.Redis(port=server.port, decode_responses=True) as client:
             create, step = client.register_script(CREATE), client.register_script(STEP)
             root, key = POOL[0], ORIGINS[0]
-            args = [P, "", json.dumps([root]), "{}", "0", "0", "", "10", root, key]
+            args = create_args(P, "", [root], "{}", obey="0", delay="0", per_host="")
             assert (await create(keys=[P + "meta"], args=args))[0] == "created"
             assert await client.hget(P + "meta", "v") == "2"
             add = {"k": "add", "o": key, "u": POOL[1:3], "d": 1, "r": 9, "s": 0,
@@ -339,12 +327,98 @@ async def test_an_entry_carries_its_referrer_and_a_root_none(tmp_path: Path) -> 
     assert parse_entry(f"1 1 9 0 {POOL[1]} not-a-url") is None
 
 
+@pytest.mark.trio
+async def test_a_crawl_is_joined_by_its_roots_digest(tmp_path: Path) -> None:
+    """A process gives the roots' digest; the roots themselves go only to create the crawl
+    ('absent' asks for them) and come back only to say that other roots were given. A
+    crawl made before meta kept the digest gets it at its first join."""
+    roots, others = POOL[:3], POOL[3:5]
+    made = create_args(P, "1000", roots, "{}", obey="0", delay="0", per_host="")
+    digest, listed = made[2], made[8]
+    settings = made[3:8]
+
+    def join(prefix: str, digest: str) -> list[str]:
+        return [prefix, "1001", digest, *settings, ""]
+
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            create = client.register_script(CREATE)
+            absent = await create(keys=[P + "meta"], args=join(P, digest))
+            assert absent[:2] == ["absent", ""]
+            assert await client.dbsize() == 0, "asking wrote nothing"
+            assert (await create(keys=[P + "meta"], args=made))[:2] == ["created", ""]
+            assert await client.hget(P + "meta", "rsum") == digest
+            joined = await create(keys=[P + "meta"], args=join(P, digest))
+            assert joined[:2] == ["joined", ""], "the roots are not sent back"
+            assert joined[3] == "{}"
+            assert (await create(keys=[P + "meta"], args=join(P, "")))[:2] == ["joined", ""]
+            other = create_args(P, "1001", others, "{}", obey="0", delay="0", per_host="")
+            for args in (join(P, other[2]), other):
+                assert (await create(keys=[P + "meta"], args=args))[:2] == ["mismatch", listed]
+            # A crawl made before the digest was kept: the first join fills it in.
+            await client.hdel(P + "meta", ["rsum"])
+            assert (await create(keys=[P + "meta"], args=join(P, other[2])))[0] == "mismatch"
+            assert await client.hget(P + "meta", "rsum") == digest
+            assert (await create(keys=[P + "meta"], args=join(P, digest)))[0] == "joined"
+            queued = await client.hgetall(P + "urls")
+    assert queued == dict.fromkeys(roots, "q"), "only the creation queued roots"
+
+
+async def _traffic(client: Any) -> tuple[int, int]:
+    """The bytes the server has read from its clients and written to them so far."""
+    stats = await client.info("stats")
+    return int(stats["total_net_input_bytes"]), int(stats["total_net_output_bytes"])
+
+
+@pytest.mark.trio
+async def test_a_process_that_joins_sends_no_roots_and_gets_none_back(tmp_path: Path) -> None:
+    """The creator sends the roots once; a joiner with the same roots (a command line
+    without ROOTs has the crawl's) sends and receives a few hundred bytes to join, not
+    the roots twice over; one with other roots is refused, naming the crawl's."""
+    from trio_crawler._cluster import ClusterError
+
+    roots = [f"http://h{number}.test/page/{number}" for number in range(2000)]
+    listed = len(json.dumps(roots))
+    with running_redis(tmp_path / "redis") as server:
+        config = CrawlConfig.create(roots, frontier=server.url(), crawl_id="big")
+        runtime = StoreRuntime(
+            clock=trio.current_time,
+            wall_offset=0.0,
+            run_in_thread=None,  # neither is called to join
+            shielded=None,
+            wake=lambda: None,
+            on_lost=lambda exc: None,
+            scheduling=lambda: True,
+            limit_counts=lambda: {},
+        )
+        async with coredis.Redis(port=server.port, decode_responses=True) as watcher:
+            sent = []
+            for expected in (True, False):
+                session = ClusterSession(config)
+                async with session.connect(runtime):
+                    before = await _traffic(watcher)
+                    joined = await session.join(config)
+                    after = await _traffic(watcher)
+                assert joined.created is expected
+                sent.append((after[0] - before[0], after[1] - before[1]))
+            other = CrawlConfig.create(roots[1:], frontier=server.url(), crawl_id="big")
+            session = ClusterSession(other)
+            async with session.connect(runtime):
+                with pytest.raises(ClusterError, match=r"has other roots: .*h0\.test"):
+                    await session.join(other)
+    (created_in, _), (joined_in, joined_out) = sent
+    assert created_in > 2 * listed, "the creator sent the roots and each with its origin"
+    # The watcher's INFO calls count too: about 30 bytes in, 1.5 kB out.
+    assert joined_in < 1000, sent
+    assert joined_out < 4000, sent
+
+
 async def one_origin_at_no_delay(client: Any, root: str, *, per_host: str) -> StepCall:
     """A crawl of ``root`` made at 1000 (no robots.txt, no pace, no delay, ``per_host`` at
     a time to the host, "" for no limit); the step call on it, with leases of 60 s."""
     create, step = client.register_script(CREATE), client.register_script(STEP)
     options = json.dumps({"adapt": False})
-    args = [P, "1000", json.dumps([root]), options, "0", "0", per_host, "10", root, origin(root)]
+    args = create_args(P, "1000", [root], options, obey="0", delay="0", per_host=per_host)
     assert (await create(keys=[P + "meta"], args=args))[0] == "created"
 
     async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:
@@ -417,10 +491,10 @@ async def test_a_hosts_delay_runs_from_the_times_the_caller_gives(tmp_path: Path
                 key = origin(urls[0])
                 # No pace, a delay of 2 s, --max-per-host per_host; robots.txt if obey.
                 options = json.dumps({"adapt": False})
-                args = [prefix, "1000", json.dumps(urls[:1]), options, obey, "2", per_host, "10"]
-                assert (await create(keys=[prefix + "meta"], args=[*args, urls[0], key]))[0] == (
-                    "created"
+                args = create_args(
+                    prefix, "1000", urls[:1], options, obey=obey, delay="2", per_host=per_host
                 )
+                assert (await create(keys=[prefix + "meta"], args=args))[0] == "created"
                 add = {"k": "add", "o": key, "u": urls[1:], "d": 1, "r": 10, "s": 0,
                        "f": False, "q": True}  # fmt: skip
                 await call("a", 1000, [add], prefix=prefix)
@@ -539,8 +613,8 @@ async def six_hosts_at_a_delay(client: Any) -> StepCall:
     """A crawl of SIX_ROOTS made at 1000 (no robots.txt, no pace, a delay of 2 s, one
     request at a time to a host); the step call on it, as a process makes it."""
     create, step = client.register_script(CREATE), client.register_script(STEP)
-    args = [P, "1000", json.dumps(SIX_ROOTS), json.dumps({"adapt": False}), "0", "2", "1"]
-    args += ["10", *[item for root in SIX_ROOTS for item in (root, origin(root))]]
+    options = json.dumps({"adapt": False})
+    args = create_args(P, "1000", SIX_ROOTS, options, obey="0", delay="2", per_host="1")
     assert (await create(keys=[P + "meta"], args=args))[0] == "created"
 
     async def call(owner: str, at: float, ops: list[dict[str, Any]]) -> dict[str, Any]:

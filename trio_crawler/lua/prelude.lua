@@ -29,12 +29,13 @@
 --
 -- Keys, for a crawl with prefix P:
 --
---   P meta        hash     v (layout version, LAYOUT below), roots (JSON), options (JSON),
---                          obey (1/0), delay, mph (max per host, '' for none),
---                          redirects, queued, leased, done, failed, fin (1/0),
---                          created (server time), budget (--max-pages, '' for
---                          none), started, sdone (see 'started'), adapt (1/0:
---                          whether origins learn a pace; absent: 1), slowed
+--   P meta        hash     v (layout version, LAYOUT below), roots (JSON), rsum (their
+--                          SHA-1, in hex), options (JSON), obey (1/0), delay,
+--                          mph (max per host, '' for none), redirects, queued,
+--                          leased, done, failed, fin (1/0), created (server
+--                          time), budget (--max-pages, '' for none), started,
+--                          sdone (see 'started'), adapt (1/0: whether origins
+--                          learn a pace; absent: 1), slowed
 --   P urls        hash     url -> q (queued) | l (leased) | d (done): the seen set
 --   P q:ORIGIN    list     queued entries "ATTEMPT DEPTH REDIRECTS SITEMAP URL",
 --                          followed by " REFERRER" for a URL found through

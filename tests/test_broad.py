@@ -408,6 +408,43 @@ async def test_a_request_leased_ahead_coming_due_as_a_call_lingers_ends_the_wait
             assert frontier._next_ahead() is None
 
 
+async def test_a_window_with_many_idle_workers_leases_a_step_a_call(
+    engine: Engine, redis_server: RedisServer
+) -> None:
+    """A process with more idle workers than LEASE_STEP (one that starts a broad crawl, or
+    takes over hundreds of hosts at once) leases LEASE_STEP requests a call, so that its
+    first requests can start while the next are leased, and calls again until every
+    worker has one. Asked for all at once, the server's script for 500 robots.txt leases
+    took 11-17 ms, and none of them started before it ended."""
+    step = _store_redis.LEASE_STEP
+    origins = 2 * step + 10
+    config = CrawlConfig.create(
+        [f"http://h{index}.test/" for index in range(origins)],
+        frontier=redis_server.url(),
+        crawl_id=f"lease-step-{engine.name}",
+        max_tasks=origins,
+    )
+    frontier = RedisFrontier(config)
+    asked: list[int] = []
+    held: list[int] = []
+    call = frontier.link.call
+
+    async def noted_call(ops: list[dict[str, Any]]) -> Any:
+        asked.extend(op["n"] for op in ops if op["k"] == "lease")
+        return await call(ops)
+
+    frontier.link.call = noted_call  # type: ignore[method-assign]
+    with anyio.fail_after(10):
+        async with frontier.session(_runtime()):
+            for _ in range(origins):
+                if not frontier.has_work(starved=True):
+                    break
+                await frontier.flush(starved=True)
+                held.append(len(frontier._robots_tickets))  # each origin's robots.txt first
+    assert asked == [step, step, 10]
+    assert held == [step, 2 * step, origins]
+
+
 STAR = 6  # the root links to /p1 ... /p5
 
 

@@ -696,6 +696,45 @@ async def test_a_done_leases_its_origins_next_url_ahead_within_the_callers_share
 
 
 @pytest.mark.trio
+async def test_a_lease_takes_the_callers_own_origins_first_and_the_others_in_turn(
+    tmp_path: Path,
+) -> None:
+    """Of the origins whose time has come, a lease takes those the caller leased from last
+    first, then, while it has room, the others in order: in a crawl paced by its CPU
+    every host is ready whenever a process asks, and a host's requests went to whichever
+    process asked, each opening a connection of its own. An origin passed over three
+    times (step.lua's AFFINITY_SKIPS) is anyone's again: its last holder, busy or slow,
+    keeps it no longer than that."""
+    with running_redis(tmp_path / "redis") as server:
+        async with coredis.Redis(port=server.port, decode_responses=True) as client:
+            call = await six_hosts_at_a_delay(client)
+
+            def urls(answer: dict[str, Any]) -> list[str]:
+                return [url for url, _ in leased_with_waits(answer)]
+
+            def done(url: str, ended: float) -> dict[str, Any]:
+                return {"k": "done", "u": url, "o": origin(url), "rec": 1, "t": ended}
+
+            def lease(n: int) -> list[dict[str, Any]]:
+                return [{"k": "lease", "n": n}]
+
+            await call("o1", 1000, NEXT_PAGES)
+            assert urls(await call("o1", 1000, lease(1))) == SIX_ROOTS[:1]
+            assert urls(await call("o2", 1000, lease(5))) == SIX_ROOTS[1:]
+            await call("o1", 1000.1, [done(SIX_ROOTS[0], 1000.1)])
+            await call("o2", 1000.2, [done(root, 1000.2) for root in SIX_ROOTS[1:]])
+            h0, h1, h2, h3, h4, h5 = (f"{key}/1" for key in SIX_HOSTS)
+            # At 1003 every host's /1 may go, h0's (o1's) first.
+            assert urls(await call("o2", 1003, lease(1))) == [h1]
+            assert urls(await call("o2", 1003.01, lease(1))) == [h2]
+            assert urls(await call("o2", 1003.02, lease(1))) == [h3]
+            # Passed over three times, h0 is anyone's: it goes before o2's own h4.
+            assert urls(await call("o2", 1003.03, lease(1))) == [h0]
+            # A caller with room takes the others' origins when it has none of its own.
+            assert urls(await call("o1", 1003.04, lease(3))) == [h4, h5]
+
+
+@pytest.mark.trio
 async def test_a_lease_called_early_takes_what_comes_within_its_horizon(tmp_path: Path) -> None:
     """A lease with ``h`` and ``e`` also takes, ahead, up to ``e`` origins whose time comes
     within ``h`` seconds, earliest first, each with its wait: the process woken for them

@@ -46,7 +46,9 @@
 --                          rf (failure), dl (delay), nx (when the next request
 --                          may start), fl (leased), us (a URL leased and not
 --                          started yet, with a delay), qn (queued), ra (when
---                          robots.txt was decided), and the pace (step.lua's
+--                          robots.txt was decided), lh (the process that leased
+--                          from it last) and sk (the calls that passed it over
+--                          since: step.lua's lease), and the pace (step.lua's
 --                          pace_answer): pg (gap), pw (window), pc, pk, pt,
 --                          pe, pn, pi, pl, ps, pm, pr
 --   P paced       set      origins whose pace limits them now ('slowed' in

@@ -307,7 +307,7 @@ local function lease_origin(o, n, ahead)
     held_back = true
   elseif rb == 'u' then
     local member = 'r ' .. o
-    redis.call('HSET', k, 'rb', 'f', 'nx', now + dl)
+    redis.call('HSET', k, 'rb', 'f', 'nx', now + dl, 'lh', owner, 'sk', 0)
     redis.call('HINCRBY', k, 'fl', 1)
     count('leased', 1)
     redis.call('ZADD', LEASES, now + lease_for, member)
@@ -315,7 +315,7 @@ local function lease_origin(o, n, ahead)
     hold(owner, 1)
     leased[#leased + 1] = {'r', o}
   elseif rb == 'k' or rb == 'x' then
-    local nx = nil
+    local nx, before = nil, #leased
     while #leased < n and qn > 0 and us == '' and (not most or fl < most) do
       local e = redis.call('LPOP', qkey(o))
       if not e then
@@ -356,6 +356,7 @@ local function lease_origin(o, n, ahead)
     end
     redis.call('HSET', k, 'qn', qn, 'fl', fl, 'us', us)
     if nx then redis.call('HSET', k, 'nx', nx) end
+    if #leased > before then redis.call('HSET', k, 'lh', owner, 'sk', 0) end
   end
   if not held_back then make_ready(o) end
 end
@@ -418,18 +419,61 @@ end
 -- leases that ran out, and up to early of them from those whose time comes within h
 -- (leased ahead: see lease_origin). 'ready' is ordered by that time, so the early ones
 -- are the next to come, and the range read is as short as without.
+--
+-- Of the origins whose time has come, the caller takes those it leased from last (or
+-- that no live process did) first, and then, while it has room, the others in order. A
+-- crawl paced by its CPU, not by its delays, has every host ready whenever a process
+-- asks, and none leased ahead: each request went to whichever process asked first, and
+-- opened a connection of its own there (three processes, 5 000 hosts: 21 587
+-- connections for 30 000 requests, where one process opened 5 000). An origin passed
+-- over so is counted ('sk'), and is anyone's once AFFINITY_SKIPS calls have passed it
+-- over: it waits for its last holder, which may be busy or slow, no longer than that.
+-- The range read is three times n (and 16 more), so that a caller finds its own among
+-- the others' (a third of them, in three processes); it passes over none beyond it.
+local AFFINITY_SKIPS = 3
+local live_holders = {}
+local function held_elsewhere(o)
+  local h = redis.call('HMGET', okey(o), 'lh', 'sk')
+  local who = h[1]
+  if not who or who == owner or (tonumber(h[2]) or 0) >= AFFINITY_SKIPS then
+    return false
+  end
+  local live = live_holders[who]
+  if live == nil then
+    live = is_live(last_call(who))
+    live_holders[who] = live
+  end
+  return live
+end
+
 local lease_short = false
 local function lease(n, h, early)
   reclaim()
   local origins = redis.call('ZRANGEBYSCORE', READY, '-inf', now + h, 'WITHSCORES',
-    'LIMIT', 0, n + 16)
-  for i = 1, #origins, 2 do
-    if #leased >= n then break end
+    'LIMIT', 0, 3 * n + 16)
+  local i, passed = 1, {}
+  while i < #origins and #leased < n and tonumber(origins[i + 1]) <= now do
+    if held_elsewhere(origins[i]) then
+      passed[#passed + 1] = origins[i]
+    else
+      lease_origin(origins[i], n, false)
+    end
+    i = i + 2
+  end
+  for _, o in ipairs(passed) do
+    if #leased < n then
+      lease_origin(o, n, false)
+    else
+      redis.call('HINCRBY', okey(o), 'sk', 1)
+    end
+  end
+  while i < #origins and #leased < n do
     local ahead = tonumber(origins[i + 1]) > now
     if ahead and early <= 0 then break end
     local before = #leased
     lease_origin(origins[i], n, ahead)
     if ahead then early = early - (#leased - before) end
+    i = i + 2
   end
   -- A lease that got less than it asked for took all there was: its caller waits for
   -- more, and is told when it comes (the idle processes; see finish_check).
